@@ -1,0 +1,95 @@
+"""A small byte-level BPE for tiny models, trained on the corpus text and saved as one ``tokenizer.json``.
+
+Qwen3's 151,643-token vocabulary would make the embedding most of a 5M-parameter model; a few hundred to a few
+thousand merges trained on the corpus do the job. The design copies Qwen's (``qwen.py``) so both behave alike:
+NFC normalisation, Qwen2's pre-tokenizer split, byte-level alphabet (every byte is a token, so any text encodes and
+decodes exactly, with no unknown token), and duet's service tokens appended after the BPE vocabulary:
+
+  0 .. n - 1         the 256 bytes, then merges in training order (n <= vocab_size; a small corpus may run out
+                     of pairs seen min_frequency times before reaching vocab_size)
+  n .. n + 149       tokens.SERVICE_TOKENS, in their fixed order
+
+so a model's embedding has ``len(tokenizer)`` = n + len(SERVICE_TOKENS) rows.
+Training is deterministic: the same texts and config give a byte-identical file, in any process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from duet.errors import DuetError
+from duet.text.qwen import QWEN2_SPLIT_REGEX
+from duet.text.tokens import PAD, SERVICE_TOKENS, service_ids
+
+_NUM_BYTES = 256
+
+
+@dataclass(frozen=True)
+class BPEConfig:
+    vocab_size: int = 1024  # at most this many bytes + merges; service tokens come on top
+    min_frequency: int = 2  # a pair seen once is noise in a small corpus
+    lowercase: bool = False  # tiny models may fold case; the text normaliser keeps case either way
+
+
+_SERVICE_RE = re.compile("|".join(re.escape(t) for t in SERVICE_TOKENS))
+
+
+def _without_service_tokens(texts: Iterable[str]) -> Iterator[str]:
+    for text in texts:
+        yield from (piece for piece in _SERVICE_RE.split(text) if piece)
+
+
+def train_bpe(texts: Iterable[str], config: BPEConfig = BPEConfig()):
+    """Train on ``texts`` and return a ``tokenizers.Tokenizer``; the same texts and config give the same file."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if config.vocab_size <= _NUM_BYTES:
+        raise DuetError(f"BPE vocab_size must exceed the {_NUM_BYTES} byte tokens, got {config.vocab_size}")
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    norms = [normalizers.NFC()] + ([normalizers.Lowercase()] if config.lowercase else [])
+    tok.normalizer = normalizers.Sequence(norms)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size,
+        min_frequency=config.min_frequency,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    # Cut service tokens out before counting pairs, so "[laughter]" in a transcript does not become merges
+    # (tokenizers' trainer counts pairs inside tokens added beforehand, so adding them first does not help).
+    tok.train_from_iterator(_without_service_tokens(texts), trainer=trainer)
+    tok.add_special_tokens(list(SERVICE_TOKENS))  # after training, so they follow the BPE vocabulary
+    ids = service_ids(tok).all
+    if ids != tuple(range(tok.get_vocab_size(with_added_tokens=False), tok.get_vocab_size())):
+        raise DuetError("service tokens did not land right after the BPE vocabulary")  # a tokenizers change
+    return tok
+
+
+def save_bpe(tokenizer, path: str | os.PathLike) -> Path:
+    """Write the single ``tokenizer.json`` (creating parent folders)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path
+
+
+def load_bpe(path: str | os.PathLike):
+    """A saved duet BPE as a ``PreTrainedTokenizerFast`` (the same interface as ``load_qwen3_tokenizer``)."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = Path(path)
+    if not path.is_file():
+        raise DuetError(f"no tokenizer file at {path}")
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token=PAD, clean_up_tokenization_spaces=False)
+    service_ids(tok)  # raises a clear DuetError for a tokenizer.json that duet did not train
+    return tok

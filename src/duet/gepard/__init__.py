@@ -1,0 +1,9 @@
+"""Gepard: autoregressive, vLLM-native TTS (DESIGN.md §A; report ``papers/000_fcd6711226948c71.txt``).
+
+``config``           GepardConfig, the presets (gepard-500m, gepard-tiny) and the parameter arithmetic
+``audio_interface``  32 FSQ channel codes -> frame embedding (32 tables, concat, GELU MLP, affine-free LN, s_audio)
+``heads``            32 channel heads + stop head, FrameLogits
+``model``            GepardModel: sequence layout, training loss (``model(batch)``), KV-cached inference logits
+``generate``         the sampler: prefill, KV-cached steps, factorised sampling, stop / bound, CFG, seeds
+``probes``           entropy and stop-probability probes, effective rank
+"""

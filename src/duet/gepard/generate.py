@@ -1,0 +1,235 @@
+"""Gepard's sampler: prefill once, then one KV-cached step per frame, 32 channels sampled in parallel.
+
+Pure functions over a :class:`FrameModel` (anything with ``prefill(prompt)`` and ``step(frame, state)`` returning
+``FrameLogits`` for the next frame); ``GepardModel`` is one, and the tests drive a scripted fake. No model code
+lives here and the model holds no sampling code (STYLE.md, three layers).
+
+One decode step t (t frames emitted so far):
+
+1. logits for frame t; with CFG (``cfg_scale`` w != 1) a second, unconditional pass and
+   ``logits = logits_u + w * (logits_c - logits_u)`` on the channel logits (Ho & Salimans 2022). duet's
+   unconditional path drops the text (``GepardPrompt.unconditional``: [SOT, EOT, SOS], prefix kept): the report
+   describes CFG over text (abstract) through ``null_prefix`` (§2.6.2), and duet has no voice-cloning compressor
+   yet. The stop decision uses the conditional stop logit only: guidance shapes what is said, not when the
+   conditional model thinks it is done. (The report serves without CFG, distilled into the weights by DPO, §5-6.)
+2. stop: if p_stop = sigmoid(stop logit) > ``stop_threshold`` (0.5, §3.3) the row ends here with t frames
+   ("stop"); the frame that would come next is the phantom frame of training (see ``duet.gepard.model``).
+3. bound: a row that reaches ``frame_bound`` frames ends there ("bound"): ``min(max_frames,
+   ceil(frames_per_token * text tokens + margin_frames))``. Defaults from the report's data (§4.1.1): 8.97 s mean
+   clips (193 frames at 21.5 Hz) for 32.7 mean text tokens is 5.9 frames per Qwen token; 12 per token is twice
+   that, + 2 s margin, capped at the longest training clip (40 s = 860 frames). Set them per model and codec.
+4. sample the 32 channels independently (factorised, §3.2): temperature, then top-k per channel;
+   temperature 0 is greedy (argmax). Draws come from one ``torch.Generator`` seeded with ``seed``: same seed,
+   same frames.
+5. feed the frame back (``step``), one position in the KV cache.
+
+Rows of a batch stop independently; a row that has ended yields -1 codes from then on, and its length is in the
+result. Prompts in one batch must share a length (ragged continuous batching is the serving engine's job).
+
+Shape legend: B batch, C channels (32), G packed groups (8), Lmax = max L_k, T frames.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Protocol
+
+import torch
+
+from duet.codecs.fsq import GroupFSQ
+from duet.errors import DuetError
+from duet.gepard.heads import FrameLogits, pad_channels
+from duet.gepard.probes import FrameProbes, channel_entropy
+
+STOP = "stop"
+BOUND = "bound"
+
+
+class FrameModel(Protocol):
+    def prefill(self, prompt: Any) -> tuple[FrameLogits, Any]:
+        """Logits (N = 1) for the first frame, and the decode state (a KV cache)."""
+        ...
+
+    def step(self, frame: torch.Tensor, state: Any) -> tuple[FrameLogits, Any]:
+        """frame (B, C) -> logits (N = 1) for the next frame, and the updated state."""
+        ...
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0  # 0 -> greedy
+    top_k: int = 0  # per channel; 0 -> no truncation
+    stop_threshold: float = 0.5  # Gepard §3.3
+    frames_per_token: float = 12.0
+    margin_frames: int = 43  # 2 s at 21.5 frames/s
+    max_frames: int = 860  # hard cap: 40 s at 21.5 frames/s (the report's longest clip)
+    cfg_scale: float = 1.0  # w; 1.0 -> single pass, no unconditional path
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise DuetError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise DuetError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.stop_threshold < 1.0:
+            raise DuetError(f"stop_threshold must lie in (0, 1), got {self.stop_threshold}")
+        if self.max_frames < 1 or self.margin_frames < 0 or self.frames_per_token < 0:
+            raise DuetError("max_frames must be >= 1, margin_frames and frames_per_token >= 0")
+
+
+def frame_bound(num_text_tokens: int, config: SamplingConfig) -> int:
+    """Most frames a generation may emit: ``min(max_frames, ceil(frames_per_token * tokens + margin))``."""
+    return min(config.max_frames, math.ceil(config.frames_per_token * max(num_text_tokens, 0) + config.margin_frames))
+
+
+def guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    """Classifier-free guidance on logits: ``uncond + scale * (cond - uncond)`` (scale 1 gives ``cond``)."""
+    return uncond + scale * (cond - uncond)
+
+
+def sample_channels(logits: torch.Tensor, *, temperature: float, top_k: int,
+                    generator: torch.Generator | None) -> torch.Tensor:
+    """logits (B, C, Lmax) (-inf for absent levels) -> codes (B, C), each channel sampled independently."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]  # (B, C, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, C, Lmax)
+    flat = probs.reshape(-1, probs.shape[-1])  # (B*C, Lmax)
+    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])  # (B, C)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """How a generation went. ``codes`` (B, C, T) channel codes, -1 past each row's length; ``ended`` per row."""
+
+    codes: torch.Tensor
+    lengths: torch.Tensor  # (B,) frames per row
+    ended: tuple[str, ...]  # per row: "stop" (stop head fired) or "bound" (hit the frame bound)
+    bound: int
+    probes: FrameProbes
+
+    def packed(self, fsq: GroupFSQ) -> torch.Tensor:
+        """(B, G, T) packed codec tokens, -1 past each row's length."""
+        packed = fsq.fold(self.codes.clamp(min=0))  # (B, G, T)
+        t = torch.arange(self.codes.shape[-1], device=packed.device)
+        return packed.masked_fill((t >= self.lengths[:, None])[:, None, :], -1)
+
+
+class Generation:
+    """An iterator over frames as they are sampled; ``result`` once it is exhausted.
+
+    Yields (B, C) channel codes per step, or (B, G) packed tokens when ``fsq`` is given (for a codec's stream
+    decoder). Use :func:`generate` for the whole result at once.
+    """
+
+    def __init__(self, model: FrameModel, prompt: Any, *, num_text_tokens: int | None = None,
+                 config: SamplingConfig = SamplingConfig(), uncond_prompt: Any = None, fsq: GroupFSQ | None = None):
+        if num_text_tokens is None:  # a GepardPrompt knows its own text length
+            num_text_tokens = prompt.num_text_tokens
+        if config.cfg_scale != 1.0 and uncond_prompt is None:
+            raise DuetError("cfg_scale != 1 needs an unconditional prompt (e.g. GepardPrompt.unconditional())")
+        self.model = model
+        self.prompt = prompt
+        self.uncond_prompt = uncond_prompt if config.cfg_scale != 1.0 else None
+        self.config = config
+        self.fsq = fsq
+        self.bound = frame_bound(num_text_tokens, config)
+        self._result: GenerationResult | None = None
+        self._started = False
+
+    @property
+    def result(self) -> GenerationResult:
+        if self._result is None:
+            raise DuetError("the generation has not finished: iterate it to the end first")
+        return self._result
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        if self._started:
+            raise DuetError("a Generation can be iterated once")
+        self._started = True
+        return self._run()
+
+    def _run(self) -> Iterator[torch.Tensor]:
+        cfg = self.config
+        # Gradients are switched off around model calls only: a `with no_grad()` around a `yield` would leak into
+        # the caller's code between frames.
+        with torch.no_grad():
+            cond, state_c = self.model.prefill(self.prompt)
+            uncond, state_u = (self.model.prefill(self.uncond_prompt) if self.uncond_prompt is not None
+                               else (None, None))
+        levels = cond.levels
+        b, device = cond.codes.shape[0], cond.codes.device
+        generator = None
+        if cfg.seed is not None:
+            generator = torch.Generator(device=device).manual_seed(cfg.seed)
+
+        alive = torch.ones(b, dtype=torch.bool, device=device)
+        lengths = torch.zeros(b, dtype=torch.long, device=device)
+        ended: list[str | None] = [None] * b
+        frames: list[torch.Tensor] = []
+        entropies: list[torch.Tensor] = []
+        stop_probs: list[torch.Tensor] = []
+        t = 0
+        while True:
+            flat = cond.codes[:, -1].float()  # (B, 216)
+            if uncond is not None:
+                flat = guide(flat, uncond.codes[:, -1].float(), cfg.cfg_scale)
+            logits = pad_channels(flat, levels)  # (B, C, Lmax)
+            p_stop = torch.sigmoid(cond.stop[:, -1].float())  # (B,)
+            nan = torch.tensor(float("nan"), device=device)
+            entropies.append(torch.where(alive[:, None], channel_entropy(logits), nan))  # (B, C)
+            stop_probs.append(torch.where(alive, p_stop, nan))  # (B,)
+
+            for row in torch.nonzero(alive & (p_stop > cfg.stop_threshold)).flatten().tolist():
+                ended[row], alive[row], lengths[row] = STOP, False, t
+            if t >= self.bound:
+                for row in torch.nonzero(alive).flatten().tolist():
+                    ended[row], alive[row], lengths[row] = BOUND, False, t
+            if not bool(alive.any()):
+                break
+
+            frame = sample_channels(logits, temperature=cfg.temperature, top_k=cfg.top_k, generator=generator)
+            frame = frame.masked_fill(~alive[:, None], -1)  # (B, C); ended rows carry -1
+            frames.append(frame)
+            t += 1
+            if self.fsq is not None:
+                packed = self.fsq.fold(frame.clamp(min=0)[:, :, None])[:, :, 0]  # (B, G)
+                yield packed.masked_fill(~alive[:, None], -1)
+            else:
+                yield frame
+            fed = frame.clamp(min=0)  # ended rows are fed a dummy frame; their outputs are never read
+            with torch.no_grad():
+                cond, state_c = self.model.step(fed, state_c)
+                if uncond is not None:
+                    uncond, state_u = self.model.step(fed, state_u)
+
+        c = len(levels)
+        codes = torch.stack(frames, dim=-1) if frames else torch.empty((b, c, 0), dtype=torch.long, device=device)
+        self._result = GenerationResult(
+            codes=codes,  # (B, C, T)
+            lengths=lengths,
+            ended=tuple(e for e in ended if e is not None),
+            bound=self.bound,
+            probes=FrameProbes(entropy=torch.stack(entropies, dim=1), stop_prob=torch.stack(stop_probs, dim=1)),
+        )
+
+
+def stream(model: FrameModel, prompt: Any, *, num_text_tokens: int | None = None,
+           config: SamplingConfig = SamplingConfig(), uncond_prompt: Any = None,
+           fsq: GroupFSQ | None = None) -> Generation:
+    """Frames as they come: ``for frame in (g := stream(...)): ...``, then ``g.result``."""
+    return Generation(model, prompt, num_text_tokens=num_text_tokens, config=config, uncond_prompt=uncond_prompt,
+                      fsq=fsq)
+
+
+def generate(model: FrameModel, prompt: Any, *, num_text_tokens: int | None = None,
+             config: SamplingConfig = SamplingConfig(), uncond_prompt: Any = None) -> GenerationResult:
+    """Run a generation to its end and return the result."""
+    gen = stream(model, prompt, num_text_tokens=num_text_tokens, config=config, uncond_prompt=uncond_prompt)
+    for _ in gen:
+        pass
+    return gen.result

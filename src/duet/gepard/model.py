@@ -1,0 +1,281 @@
+"""GepardModel: the stock Qwen3 backbone + audio interface + heads, with the training loss and inference logits.
+
+Sequence (Gepard §2.1), one row::
+
+    [ prefix (K, optional) | SOT  text ...  EOT  SOS | f_0  f_1 ... f_{T-1} | padding ]
+                             `------ S_b text ids ---'  `--- T_b frames ---'
+
+Text ids are embedded by the backbone's own ``model.embed_tokens``; frames (32 FSQ channel codes each) by the
+audio interface (§2.4); the prefix is K speaker vectors given as embeddings (B, K, D), the place where the
+voice-cloning Q-Former's output plugs in later (§2.6; absent here). A batch is right-padded as a whole, so rows
+with different text lengths start their audio at different places; with causal attention no real position ever
+sees padding (it comes after), so no padding mask is needed and the backbone stays on its plain causal path.
+
+Heads run on the audio region only (§2.5: "the K-position prefix slice is discarded before the heads"):
+positions SOS, f_0, ..., f_{T-1} of each row, gathered into (B, T + 1, D). Causal shift: the position of SOS
+predicts f_0 and the position of f_{t-1} predicts f_t. The position of the last real frame f_{T-1} predicts the
+terminal "phantom" frame f_T: it has no codes (label -100 in all 32 heads) and carries the only stop = 1 (§2.5);
+all earlier audio positions carry stop = 0. This is the report's trajectory likelihood (§3.3): p_stop,t is read at
+frame t's position, log(1 - p_stop,t) for t < T-1 and log p_stop,T-1 at the last frame. At inference the same
+rule reads: after feeding frame t, stop if p_stop crosses the threshold (the next frame would be the phantom).
+
+Loss (§2.5): L = sum_k CE_k + w_stop * BCE(stop, pos_weight = 25), w_stop = 2; each CE_k is a mean over its
+valid labels, and a head whose labels are all -100 contributes ``logits * 0`` (zero, finite, still in the graph)
+instead of mean-CE's 0/0 = NaN.
+
+Parameter names: ``model.*`` (a stock ``Qwen3Model``, exactly as in ``Qwen3ForCausalLM``; see
+``duet.nn.backbone``), ``audio_interface.*``, ``heads.*``.
+
+Shape legend: B batch, K prefix vectors, S text ids (incl. SOT/EOT/SOS), T frames, N audio positions (T + 1 in
+training), C channels (32), D model width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.cache_utils import Cache, DynamicCache
+
+from duet.errors import DuetError
+from duet.gepard.audio_interface import AudioInterface
+from duet.gepard.config import GepardConfig
+from duet.gepard.heads import FrameLogits, GepardHeads
+from duet.nn.backbone import build_qwen3, new_cache, run_backbone
+
+IGNORE = -100  # label of a position that is not scored
+NUM_SERVICE_TOKENS = 3  # SOT, EOT, SOS around the text (Gepard §4.1.1: "service SOT/EOT/SOS tokens")
+
+
+def wrap_text(token_ids: Sequence[int], service) -> list[int]:
+    """[SOT, *text, EOT, SOS]; ``service`` is ``duet.text.tokens.service_ids(tokenizer)`` (ids never hard-coded)."""
+    return [service.sot, *token_ids, service.eot, service.sos]
+
+
+@dataclass(frozen=True)
+class GepardBatch:
+    """A right-padded training batch.
+
+    text_ids (B, S) int64: wrapped text (see :func:`wrap_text`), padding after ``text_lengths`` (any valid id).
+    codes (B, C, T) int64: channel codes (``GroupFSQ.unfold`` of the packed tokens), padding after
+    ``audio_lengths`` (ignored; any value). prefix (B, K, D) float or None.
+    """
+
+    text_ids: torch.Tensor
+    text_lengths: torch.Tensor
+    codes: torch.Tensor
+    audio_lengths: torch.Tensor
+    prefix: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> "GepardBatch":
+        move = lambda x: None if x is None else x.to(device)  # noqa: E731
+        return GepardBatch(move(self.text_ids), move(self.text_lengths), move(self.codes), move(self.audio_lengths),
+                           move(self.prefix))
+
+
+def collate(items: Sequence[tuple[Sequence[int], torch.Tensor]], pad_id: int) -> GepardBatch:
+    """(wrapped text ids, channel codes (C, T_i)) pairs -> a right-padded GepardBatch (codes padded with 0)."""
+    if not items:
+        raise DuetError("cannot collate an empty list of utterances")
+    b = len(items)
+    s = max(len(ids) for ids, _ in items)
+    c = items[0][1].shape[0]
+    t = max(codes.shape[1] for _, codes in items)
+    text = torch.full((b, s), pad_id, dtype=torch.long)
+    codes_out = torch.zeros((b, c, t), dtype=torch.long)
+    for i, (ids, codes) in enumerate(items):
+        text[i, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
+        codes_out[i, :, : codes.shape[1]] = codes
+    return GepardBatch(
+        text_ids=text,
+        text_lengths=torch.tensor([len(ids) for ids, _ in items]),
+        codes=codes_out,
+        audio_lengths=torch.tensor([codes.shape[1] for _, codes in items]),
+    )
+
+
+def drop_text(batch: GepardBatch, rows: torch.Tensor) -> GepardBatch:
+    """Replace the text of the selected rows (bool (B,)) by the empty text [SOT, EOT, SOS].
+
+    This is duet's unconditional path for two-pass CFG (see ``duet.gepard.generate``): the report routes it through
+    ``null_prefix`` (§2.6.2) and calls it CFG "over text" (abstract); without the voice-cloning compressor duet
+    drops the text. The service ids are read from each row itself (first id, last two ids), never hard-coded.
+    """
+    b, s = batch.text_ids.shape
+    ar = torch.arange(b, device=batch.text_ids.device)
+    empty = torch.stack([batch.text_ids[:, 0], batch.text_ids[ar, batch.text_lengths - 2],
+                         batch.text_ids[ar, batch.text_lengths - 1]], dim=1)  # (B, 3)
+    text = batch.text_ids.clone()
+    text[rows, :NUM_SERVICE_TOKENS] = empty[rows]
+    lengths = torch.where(rows, torch.full_like(batch.text_lengths, NUM_SERVICE_TOKENS), batch.text_lengths)
+    return replace(batch, text_ids=text, text_lengths=lengths)
+
+
+def pack_sequence(text: torch.Tensor, text_lengths: torch.Tensor, audio: torch.Tensor,
+                  audio_lengths: torch.Tensor) -> torch.Tensor:
+    """Per row [text[:S_b] | audio[:T_b] | zeros]: text (B, S, D), audio (B, T, D) -> (B, S + T, D).
+
+    Vectorised form of the per-row concatenation (tested against a naive loop).
+    """
+    b, s, d = text.shape
+    t = audio.shape[1]
+    p = torch.arange(s + t, device=text.device).expand(b, -1)  # (B, S+T) output position
+    in_text = p < text_lengths[:, None]
+    in_audio = ~in_text & (p < (text_lengths + audio_lengths)[:, None])
+    text_src = text.gather(1, p.clamp(max=s - 1)[..., None].expand(-1, -1, d))  # (B, S+T, D)
+    audio_idx = (p - text_lengths[:, None]).clamp(0, max(t - 1, 0))
+    audio_src = audio.gather(1, audio_idx[..., None].expand(-1, -1, d)) if t else torch.zeros_like(text_src)
+    zero = text.new_zeros(())
+    return torch.where(in_text[..., None], text_src, torch.where(in_audio[..., None], audio_src, zero))
+
+
+def audio_labels(codes: torch.Tensor, audio_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes (B, C, T) -> code labels (B, T + 1, C) int64 and stop labels (B, T + 1) float (-100 = ignore).
+
+    Audio position j (0 = SOS, j = frame j-1) predicts frame j: codes[:, :, j] for j < T_b, -100 from the phantom
+    frame j = T_b on. Stop: 0 for j < T_b, 1 at j = T_b (the phantom frame, Gepard §2.5), -100 after.
+    """
+    b, c, t = codes.shape
+    j = torch.arange(t + 1, device=codes.device)  # (T+1,)
+    lengths = audio_lengths[:, None]  # (B, 1)
+    code_labels = torch.full((b, t + 1, c), IGNORE, dtype=torch.long, device=codes.device)
+    code_labels[:, :t] = codes.transpose(1, 2)  # (B, T, C)
+    code_labels = code_labels.masked_fill((j >= lengths)[..., None], IGNORE)
+    stop_labels = torch.where(j < lengths, 0.0, torch.where(j == lengths, 1.0, float(IGNORE)))  # (B, T+1)
+    return code_labels, stop_labels
+
+
+def gepard_loss(logits: FrameLogits, code_labels: torch.Tensor, stop_labels: torch.Tensor,
+                config: GepardConfig) -> dict[str, torch.Tensor]:
+    """Gepard §2.5 loss over audio positions: logits (B, N, ...), code_labels (B, N, C), stop_labels (B, N).
+
+    Returns ``loss`` (with graph), ``ce`` (sum of the 32 CE), ``stop_bce``, ``ce_per_channel`` (C,) and
+    ``stop_frames`` (number of scored stop positions); all but ``loss`` detached.
+    """
+    padded = logits.padded().float()  # (B, N, C, Lmax), -inf past L_k
+    b, n, c, lmax = padded.shape
+    per_cell = F.cross_entropy(padded.reshape(-1, lmax), code_labels.reshape(-1), ignore_index=IGNORE,
+                               reduction="none").view(b, n, c)  # 0 where ignored
+    valid = (code_labels != IGNORE).sum(dim=(0, 1))  # (C,)
+    # Guard (§2.5): a head with no valid label gives logits * 0 (finite zero, graph kept), not 0/0 = NaN.
+    anchor = logits.codes.float().sum() * 0
+    ce_per_channel = torch.where(valid > 0, per_cell.sum(dim=(0, 1)) / valid.clamp(min=1), anchor)  # (C,)
+    ce = ce_per_channel.sum()
+
+    stop_valid = stop_labels >= 0
+    stop_logits = logits.stop.float()
+    pos_weight = torch.tensor(config.stop_pos_weight, device=stop_logits.device)
+    per_stop = F.binary_cross_entropy_with_logits(stop_logits, stop_labels.clamp(min=0), pos_weight=pos_weight,
+                                                  reduction="none")  # (B, N)
+    n_stop = stop_valid.sum()
+    stop_bce = torch.where(n_stop > 0, (per_stop * stop_valid).sum() / n_stop.clamp(min=1), stop_logits.sum() * 0)
+
+    loss = ce + config.stop_loss_weight * stop_bce
+    return {"loss": loss, "ce": ce.detach(), "stop_bce": stop_bce.detach(),
+            "ce_per_channel": ce_per_channel.detach(), "stop_frames": n_stop.detach()}
+
+
+@dataclass(frozen=True)
+class GepardPrompt:
+    """What generation starts from: wrapped text ids (B, S), the same length in every row, and an optional prefix."""
+
+    text_ids: torch.Tensor
+    prefix: torch.Tensor | None = None
+
+    @property
+    def num_text_tokens(self) -> int:
+        """Text ids without the service tokens (drives the sampler's frame bound)."""
+        return self.text_ids.shape[1] - NUM_SERVICE_TOKENS
+
+    def unconditional(self) -> "GepardPrompt":
+        """The CFG unconditional prompt: the text dropped to [SOT, EOT, SOS], the prefix (speaker) kept.
+
+        Only meaningful for a model trained with ``text_dropout_prob > 0`` (see :func:`drop_text`).
+        """
+        return GepardPrompt(self.text_ids[:, [0, -2, -1]], self.prefix)
+
+
+class GepardModel(nn.Module):
+    """Backbone (``model``) + ``audio_interface`` + ``heads``; ``forward(batch)`` is the training loss."""
+
+    def __init__(self, config: GepardConfig):
+        super().__init__()
+        self.config = config
+        self.model = build_qwen3(config.backbone)
+        self.audio_interface = AudioInterface(config)
+        self.heads = GepardHeads(config)
+        self.audio_interface.set_scale(self.model.embed_tokens.weight)
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def refresh_audio_scale(self) -> None:
+        """Re-align s_audio with the text embedding (call after loading a pretrained text embedding)."""
+        self.audio_interface.set_scale(self.model.embed_tokens.weight)
+
+    # ---- training -------------------------------------------------------------------------------------------------
+    def audio_logits(self, batch: GepardBatch) -> FrameLogits:
+        """Teacher-forced logits over each row's audio region: codes (B, N = T + 1, 216), stop (B, N)."""
+        text = self.model.embed_tokens(batch.text_ids)  # (B, S, D)
+        b, c, t = batch.codes.shape
+        frame_ok = torch.arange(t, device=batch.codes.device) < batch.audio_lengths[:, None]  # (B, T)
+        codes = torch.where(frame_ok[:, None, :], batch.codes, 0).transpose(1, 2)  # (B, T, C); padding -> code 0
+        audio = self.audio_interface(codes)  # (B, T, D)
+        x = pack_sequence(text, batch.text_lengths, audio.to(text.dtype), batch.audio_lengths)  # (B, S+T, D)
+        k = 0
+        if batch.prefix is not None:
+            k = batch.prefix.shape[1]
+            x = torch.cat([batch.prefix.to(x.dtype), x], dim=1)  # (B, K+S+T, D)
+        hidden = run_backbone(self.model, x)[:, k:]  # (B, S+T, D): prefix slice dropped (§2.5)
+        # Audio region: SOS at text_length - 1, then one position per frame.
+        idx = (batch.text_lengths[:, None] - 1 + torch.arange(t + 1, device=x.device)).clamp(max=hidden.shape[1] - 1)
+        audio_hidden = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, T+1, D)
+        return self.heads(audio_hidden)
+
+    def forward(self, batch: GepardBatch) -> dict[str, torch.Tensor]:
+        """The training loss dict (see :func:`gepard_loss`); ``loss`` is what the training loop backpropagates."""
+        if self.training and self.config.text_dropout_prob > 0:
+            rows = torch.rand(batch.text_ids.shape[0], device=batch.text_ids.device) < self.config.text_dropout_prob
+            batch = drop_text(batch, rows)
+        code_labels, stop_labels = audio_labels(batch.codes, batch.audio_lengths)
+        return gepard_loss(self.audio_logits(batch), code_labels, stop_labels, self.config)
+
+    # ---- inference --------------------------------------------------------------------------------------------------
+    def new_cache(self) -> DynamicCache:
+        return new_cache(self.model)
+
+    def logits(self, *, text_ids: torch.Tensor | None = None, prefix: torch.Tensor | None = None,
+               frames: torch.Tensor | None = None, cache: Cache | None = None) -> FrameLogits:
+        """Logits at the audio positions of this call, continuing ``cache`` (extended in place) if given.
+
+        Prefill: ``text_ids`` (B, S) ending in SOS (and ``prefix`` (B, K, D), first call only), optionally followed
+        by known ``frames`` (B, n, C). Decode step: ``frames`` (B, n, C) only, usually n = 1. Returns N = n (+ 1 for
+        SOS when text is given) positions; position i predicts the frame after it and carries its stop logit.
+        """
+        parts = []
+        if prefix is not None:
+            parts.append(prefix)
+        if text_ids is not None:
+            parts.append(self.model.embed_tokens(text_ids))  # (B, S, D)
+        if frames is not None:
+            parts.append(self.audio_interface(frames))  # (B, n, D)
+        if not parts or (text_ids is None and frames is None):
+            raise DuetError("GepardModel.logits needs text_ids (prefill) and/or frames (decode)")
+        dtype = self.model.embed_tokens.weight.dtype
+        x = torch.cat([p.to(dtype) for p in parts], dim=1)  # (B, L, D)
+        n = (frames.shape[1] if frames is not None else 0) + (1 if text_ids is not None else 0)
+        hidden = run_backbone(self.model, x, cache=cache)  # (B, L, D)
+        return self.heads(hidden[:, -n:])  # (B, N, ...)
+
+    # The sampler's FrameModel protocol (duet.gepard.generate): prefill once, then one frame per step.
+    def prefill(self, prompt: GepardPrompt) -> tuple[FrameLogits, DynamicCache]:
+        cache = self.new_cache()
+        return self.logits(text_ids=prompt.text_ids, prefix=prompt.prefix, cache=cache).last(), cache
+
+    def step(self, frame: torch.Tensor, cache: DynamicCache) -> tuple[FrameLogits, DynamicCache]:
+        """frame (B, C) -> logits for the next frame (N = 1), cache extended by one position."""
+        return self.logits(frames=frame[:, None, :], cache=cache), cache

@@ -1,0 +1,17 @@
+"""Serving: a continuous-batching engine and an OpenAI-compatible speech API (issue 7).
+
+``sampling``        per-request SamplingParams and one batched, factorised sampling step (per-row generators)
+``adapter``         the ModelAdapter protocol between the engine and a model family (prefill once, step, release)
+``kv_budget``       the KV-cache byte budget and a request's worst-case reservation
+``scheduler``       admission: bounded FIFO queue, slot limit, budget (pure bookkeeping)
+``engine``          the engine thread: join/leave at any step, stop / bound / cancel, per-request stream decoders
+``mock``            a weightless adapter + codec (uniform logits, scripted stop) for tests and ``--model mock``
+``gepard_adapter``  Gepard behind the engine: pooled KV slots, one batched decode step per frame
+``schemas``         request fields and SSE event shapes (OpenAI's, plus documented extensions)
+``audio_io``        wav / pcm / flac bytes out, reference clips in
+``metrics``         Prometheus text format
+``api``             the FastAPI app (ServeConfig, errors in OpenAI's shape)
+``cli``             ``duet serve``
+
+FastAPI and uvicorn are imported by ``api`` and ``cli`` only; the engine needs neither.
+"""

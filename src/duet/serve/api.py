@@ -1,0 +1,394 @@
+"""OpenAI-compatible HTTP API over the engine: ``POST /v1/audio/speech``, ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` (Prometheus text) and ``GET /v1/audio/voices`` (duet: built-in speakers and cloning support).
+
+Request fields and the SSE event shapes are in ``schemas.py``; byte encodings in ``audio_io.py``.
+Every error is OpenAI's JSON shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 404 unknown
+model or route, 413 body too large, 429 queue full (with ``Retry-After``), 500 a failure inside the model,
+503 engine down. Nothing a client sends can stop the server: the worst is a 4xx for that one request.
+
+Lifecycle of one speech request: parse and validate (limits from :class:`ServeConfig`), submit to the engine
+(admission control may refuse it), wait for the first audio chunk while watching for a disconnect (so the
+status code can still say if prefill failed), then stream. The response object's ``finally`` cancels the engine
+request, so a client that goes away frees its slot and cache at the engine's next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import math
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from duet.serve import audio_io
+from duet.serve.adapter import SynthesisRequest
+from duet.serve.engine import Engine, RequestHandle
+from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
+from duet.serve.metrics import Metrics
+from duet.serve.sampling import SamplingParams
+from duet.serve.schemas import (RESPONSE_FORMATS, STREAMABLE_FORMATS, SpeechRequest, audio_delta, audio_done,
+                                error_body, sse)
+
+log = logging.getLogger("duet.serve")
+
+ROUTES = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/health", "/metrics")
+_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "stop_threshold", "max_frames", "seed")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    max_input_chars: int = 4096
+    max_instructions_chars: int = 1024
+    max_body_bytes: int = 16 * 1024**2  # whole request body, JSON or multipart
+    max_reference_bytes: int = 10 * 1024**2  # the reference clip's encoded bytes
+    min_reference_seconds: float = 0.5
+    max_reference_seconds: float = 30.0
+    model_aliases: tuple[str, ...] = ()  # more names accepted for the served model (e.g. "tts-1")
+    disconnect_poll_s: float = 0.2  # how often a request waiting for its first audio checks its client
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _CountRequests:
+    """ASGI middleware: counts every HTTP response by method, route and status for ``/metrics``."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = [500]  # what an exception before the response start becomes
+
+        async def send_counting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counting)
+        finally:
+            route = scope["path"] if scope["path"] in ROUTES else "other"
+            self.metrics.count_request(scope["method"], route, status[0])
+
+
+class _EngineStream(StreamingResponse):
+    """A streaming response that runs ``on_close`` however it ends: completed, client gone, or cancelled before
+    its body iterator ever started (which a generator's own ``finally`` would miss)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
+    """The FastAPI app; it starts the engine's thread on startup and stops it on shutdown."""
+    adapter = engine.adapter
+    model_names = (adapter.name, *config.model_aliases)
+    metrics = Metrics()
+    sample_rate = engine.sample_rate
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        engine.start()
+        yield
+        engine.stop()
+
+    app = FastAPI(title="duet", summary="OpenAI-compatible text-to-speech", lifespan=lifespan)
+    app.state.engine, app.state.metrics, app.state.config = engine, metrics, config
+    app.add_middleware(_CountRequests, metrics=metrics)
+
+    # --- errors -------------------------------------------------------------------------------------------------
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, err: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(err.message, err.type, err.param, err.code), err.status, headers=err.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code)
+        return JSONResponse(error_body(str(err.detail), code=code), err.status_code, headers=err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse(error_body(str(err.errors()[:1])), 400)
+
+    @app.exception_handler(Exception)
+    async def _server_error(request: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return JSONResponse(error_body("internal server error", "server_error"), 500)
+
+    # --- small endpoints ----------------------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        stats = engine.stats()
+        body = {"status": "ok" if stats.alive else "engine_down", "model": adapter.name,
+                "running": stats.running, "waiting": stats.waiting}
+        return JSONResponse(body, 200 if stats.alive else 503)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "duet"} for name in model_names]
+        return {"object": "list", "data": data}
+
+    @app.get("/v1/audio/voices")
+    async def voices() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": v} for v in adapter.voices], "cloning": adapter.supports_cloning,
+                "sample_rate": sample_rate}
+
+    @app.get("/metrics")
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(metrics.render(engine.stats()), media_type="text/plain; version=0.0.4")
+
+    # --- speech -------------------------------------------------------------------------------------------------
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request) -> Response:
+        t0 = time.perf_counter()
+        req, upload = await _parse_speech(request, config)
+        synth = await _to_synthesis(req, upload, config, engine, model_names)
+        try:
+            handle = engine.submit(synth)
+        except QueueFull as err:
+            retry = str(max(1, math.ceil(err.retry_after_s)))
+            raise ApiError(429, str(err), "rate_limit_error", code="server_busy", headers={"Retry-After": retry})
+        except InvalidRequest as err:
+            raise ApiError(400, str(err), param=err.param, code=err.code)
+        except EngineClosed as err:
+            raise ApiError(503, str(err), "server_error", code="engine_down")
+
+        metrics.stream_opened()
+        closed = False
+
+        def close() -> None:  # idempotent: the response's finally, or an early error
+            nonlocal closed
+            if closed:
+                return
+            closed = True
+            handle.cancel()
+            metrics.stream_closed()
+            info = handle.finish
+            if info is not None and info.reason in ("stop", "bound"):
+                metrics.observe_finished(info.wall_s, info.samples / sample_rate)
+
+        chunks = handle.__aiter__()
+        try:
+            first = await _next_chunk(chunks, request, config.disconnect_poll_s)
+            if first is not None:
+                metrics.observe_ttfa(time.perf_counter() - t0)
+            if req.response_format == "flac":
+                parts = [first] if first is not None else []
+                while (chunk := await _next_chunk(chunks, request, config.disconnect_poll_s)) is not None:
+                    parts.append(chunk)
+        except GenerationFailed as err:
+            close()
+            raise ApiError(500, str(err), "server_error", code="generation_failed")
+        except _ClientGone:
+            close()
+            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+        except BaseException:
+            close()
+            raise
+
+        headers = {"X-Request-Id": handle.id, "X-Sample-Rate": str(sample_rate), "Cache-Control": "no-store"}
+        if req.response_format == "flac":
+            close()
+            audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+            return Response(audio_io.encode_flac(audio, sample_rate), media_type="audio/flac", headers=headers)
+        if req.stream_format == "sse":
+            body = _sse_body(handle, chunks, first, req.response_format, sample_rate)
+            return _EngineStream(body, close, media_type="text/event-stream", headers=headers)
+        body = _audio_body(chunks, first, req.response_format, sample_rate)
+        return _EngineStream(body, close, media_type=audio_io.MEDIA_TYPES[req.response_format], headers=headers)
+
+    return app
+
+
+# --- request parsing ------------------------------------------------------------------------------------------------
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    too_large = ApiError(413, f"request body is larger than {limit} bytes", code="request_too_large")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise too_large
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def _parse_speech(request: Request, config: ServeConfig) -> tuple[SpeechRequest, bytes | None]:
+    """JSON (strictly typed) or a form (multipart with an optional ``reference_audio`` file; lax types)."""
+    body = await _read_body(request, config.max_body_bytes)
+    ctype = request.headers.get("content-type", "").lower()
+    upload: bytes | None = None
+    is_form = ctype.startswith("multipart/form-data") or ctype.startswith("application/x-www-form-urlencoded")
+    if is_form:
+        async def replay() -> Message:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        try:
+            form = await Request(request.scope, replay).form(max_files=1, max_fields=32,
+                                                             max_part_size=config.max_body_bytes)
+        except Exception as err:  # malformed multipart, too many parts
+            raise ApiError(400, f"cannot parse form body: {getattr(err, 'detail', err)}") from err
+        fields: dict[str, Any] = {}
+        for key, value in form.multi_items():
+            if isinstance(value, UploadFile):
+                if key != "reference_audio":
+                    raise ApiError(400, f"unexpected file field {key!r}", param=key)
+                upload = await value.read()
+            else:
+                fields[key] = value
+    else:
+        try:
+            fields = json.loads(body)
+        except ValueError as err:
+            raise ApiError(400, f"request body is not valid JSON: {err}") from err
+        if not isinstance(fields, dict):
+            raise ApiError(400, "request body must be a JSON object")
+    try:
+        req = SpeechRequest.model_validate(fields, strict=not is_form)
+    except ValidationError as err:
+        first = err.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(400, f"{param}: {first['msg']}", param=param, code="invalid_value") from err
+    return req, upload
+
+
+async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeConfig, engine: Engine,
+                        model_names: tuple[str, ...]) -> SynthesisRequest:
+    adapter = engine.adapter
+    if req.model not in model_names:
+        raise ApiError(404, f"model {req.model!r} not found; this server has {', '.join(model_names)}",
+                       param="model", code="model_not_found")
+    if req.response_format not in RESPONSE_FORMATS:
+        raise ApiError(400, f"response_format {req.response_format!r} is not supported; use one of "
+                       f"{', '.join(RESPONSE_FORMATS)}", param="response_format", code="unsupported_format")
+    if req.stream_format == "sse" and req.response_format not in STREAMABLE_FORMATS:
+        raise ApiError(400, f"stream_format 'sse' needs response_format {' or '.join(STREAMABLE_FORMATS)}",
+                       param="stream_format")
+    if not req.input.strip():
+        raise ApiError(400, "input is empty", param="input")
+    if len(req.input) > config.max_input_chars:
+        raise ApiError(400, f"input has {len(req.input)} characters; the limit is {config.max_input_chars}",
+                       param="input", code="string_above_max_length")
+    if req.instructions is not None and len(req.instructions) > config.max_instructions_chars:
+        raise ApiError(400, f"instructions are longer than {config.max_instructions_chars} characters",
+                       param="instructions", code="string_above_max_length")
+    if upload is not None and req.reference_audio is not None:
+        raise ApiError(400, "send reference_audio either as a file or as base64, not both", param="reference_audio")
+    reference = None
+    try:
+        if req.reference_audio is not None:
+            upload = audio_io.decode_base64_audio(req.reference_audio, config.max_reference_bytes)
+        if upload is not None:
+            if not adapter.supports_cloning:
+                raise InvalidRequest(f"model {adapter.name} does not support voice cloning", param="reference_audio",
+                                     code="cloning_unsupported")
+            reference = await run_in_threadpool(
+                audio_io.decode_reference, upload, engine.sample_rate, config.max_reference_bytes,
+                config.min_reference_seconds, config.max_reference_seconds)
+    except InvalidRequest as err:
+        raise ApiError(400, str(err), param=err.param, code=err.code) from err
+    voice = req.voice_name
+    if reference is None and voice is None:
+        if not adapter.voices:
+            raise ApiError(400, "voice is required", param="voice")
+        voice = adapter.voices[0]
+    given = {name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None}
+    return SynthesisRequest(text=req.input, voice=voice, instructions=req.instructions, speed=req.speed,
+                            reference=reference, params=SamplingParams(**given))
+
+
+# --- response bodies ------------------------------------------------------------------------------------------------
+
+
+async def _next_chunk(chunks: AsyncIterator[np.ndarray], request: Request, poll_s: float) -> np.ndarray | None:
+    """The next audio chunk (None at the end), giving up with _ClientGone if the client disconnects meanwhile."""
+    task = asyncio.ensure_future(chunks.__anext__())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                try:
+                    return task.result()
+                except StopAsyncIteration:
+                    return None
+            if await request.is_disconnected():
+                raise _ClientGone()
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+async def _audio_body(chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
+                      sample_rate: int) -> AsyncIterator[bytes]:
+    if fmt == "wav":
+        yield audio_io.wav_stream_header(sample_rate)
+    if first is not None:
+        yield audio_io.pcm16(first)
+    try:
+        async for chunk in chunks:
+            yield audio_io.pcm16(chunk)
+    except GenerationFailed:
+        log.exception("generation failed mid-stream; the response is cut short")
+
+
+async def _sse_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
+                    sample_rate: int) -> AsyncIterator[bytes]:
+    def delta(data: bytes) -> bytes:
+        return sse(audio_delta(base64.b64encode(data).decode("ascii")))
+
+    head = audio_io.wav_stream_header(sample_rate) if fmt == "wav" else b""
+    if first is not None:
+        yield delta(head + audio_io.pcm16(first))
+        head = b""
+    try:
+        async for chunk in chunks:
+            yield delta(audio_io.pcm16(chunk))
+    except GenerationFailed as err:
+        log.exception("generation failed mid-stream")
+        yield sse({"type": "error", **error_body(str(err), "server_error", code="generation_failed")})
+        return
+    if head:
+        yield delta(head)
+    info = handle.finish
+    assert info is not None
+    yield sse(audio_done(info.prompt_positions, info.frames, finish_reason=info.reason, sample_rate=sample_rate,
+                         audio_seconds=info.samples / sample_rate))

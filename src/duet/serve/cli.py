@@ -1,0 +1,68 @@
+"""``duet serve``: build an adapter, an engine and the HTTP app from flags, then run uvicorn.
+
+Flags are parsed into ``SchedulerConfig`` / ``EngineConfig`` / ``ServeConfig`` here, once; library code never sees
+argparse. FastAPI and uvicorn are imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from duet.errors import DuetError, MissingDependency
+
+MODELS = ("mock", "gepard")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve", help="serve text-to-speech over an OpenAI-compatible HTTP API",
+        description="Continuous-batching engine + OpenAI-compatible /v1/audio/speech (wav, pcm, flac; SSE or "
+        "chunked audio), /v1/models, /health, /metrics. '--model mock' needs no weights (tests, demos).")
+    p.add_argument("--model", choices=MODELS, default="mock", help="model family to serve (default: mock)")
+    p.add_argument("--checkpoint", default=None, help="model checkpoint directory (gepard)")
+    p.add_argument("--codec", default="duet-fsq", help="codec name or directory for gepard (default: duet-fsq)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-batch", type=int, default=16, help="requests decoded together per step")
+    p.add_argument("--max-queue", type=int, default=64, help="queued requests beyond the batch; more get 429")
+    p.add_argument("--cache-budget-mib", type=float, default=2048.0, help="KV-cache budget of all running requests")
+    p.add_argument("--chunk-frames", type=int, default=1, help="frames per audio chunk sent to the client")
+    p.add_argument("--retry-after", type=float, default=1.0, help="seconds a refused client is told to wait")
+    p.add_argument("--max-input-chars", type=int, default=4096)
+    p.add_argument("--max-body-mib", type=float, default=16.0)
+    p.add_argument("--max-reference-seconds", type=float, default=30.0)
+    p.add_argument("--model-alias", action="append", default=[], help="another accepted model name (repeatable)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run_serve)
+
+
+def build_adapter(args: argparse.Namespace):
+    if args.model == "mock":
+        from duet.serve.mock import MockAdapter
+
+        return MockAdapter()
+    from duet.serve.gepard_adapter import load_gepard_adapter
+
+    if not args.checkpoint:
+        raise DuetError("--model gepard needs --checkpoint DIR")
+    return load_gepard_adapter(args.checkpoint, codec=args.codec)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError as err:
+        raise MissingDependency("uvicorn", "pip install fastapi uvicorn python-multipart") from err
+    from duet.serve.api import ServeConfig, create_app
+    from duet.serve.engine import Engine, EngineConfig
+    from duet.serve.scheduler import SchedulerConfig
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    scheduler = SchedulerConfig(max_running=args.max_batch, max_waiting=args.max_queue,
+                                cache_budget_bytes=int(args.cache_budget_mib * 1024**2), retry_after_s=args.retry_after)
+    engine = Engine(build_adapter(args), EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames))
+    config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
+                         max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias))
+    uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level)
+    return 0

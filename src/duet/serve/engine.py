@@ -1,0 +1,391 @@
+"""The serving engine: one background thread running continuous batching over a model adapter.
+
+Every iteration of the engine thread (one *step*):
+1. drops cancelled requests (their slot, cache reservation and adapter state are freed here);
+2. admits queued requests while slots and the cache budget allow (``scheduler.py``) and prefills them;
+3. advances every running request by one step through the adapter (``adapter.py``), so requests join and
+   leave the batch at any step, each with its own sampling parameters, seed, cache and length bound;
+4. hands the new frames of each request to its own codec stream decoder and the audio to its consumer.
+
+A request ends with one of four reasons: ``stop`` (the model's stop probability exceeded the request's
+threshold, or a non-AR adapter said ``final``), ``bound`` (its ``max_frames`` was reached), ``cancelled``
+(the consumer called ``cancel`` or dropped its iterator, e.g. an HTTP client disconnected) and ``error``
+(the adapter or codec raised; the engine fails the affected requests and keeps serving).
+
+Consumers get a :class:`RequestHandle`: an async iterator of audio chunks (mono float32 numpy arrays at the
+codec's sample rate) for asyncio code, or ``collect()`` for blocking code. Model and codec calls happen on the
+engine thread only; ``submit`` and ``cancel`` are safe from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterator
+
+import numpy as np
+import torch
+
+from duet.serve.adapter import ModelAdapter, StepOutput, SynthesisRequest
+from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest
+from duet.serve.kv_budget import reservation_bytes
+from duet.serve.scheduler import Scheduler, SchedulerConfig
+
+log = logging.getLogger("duet.serve")
+
+FINISH_REASONS = ("stop", "bound", "cancelled", "error")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    scheduler: SchedulerConfig = SchedulerConfig()
+    chunk_frames: int = 1  # frames gathered before they go through the stream decoder (1 = lowest latency)
+
+    def __post_init__(self) -> None:
+        if self.chunk_frames < 1:
+            raise ValueError(f"chunk_frames must be >= 1, got {self.chunk_frames}")
+
+
+@dataclass(frozen=True)
+class FinishInfo:
+    reason: str  # one of FINISH_REASONS
+    frames: int  # frames emitted
+    samples: int  # audio samples emitted
+    prompt_positions: int
+    wall_s: float  # submit -> finish
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    alive: bool
+    running: int
+    waiting: int
+    cache_bytes_used: int
+    cache_bytes_total: int
+    steps: int
+    frames: int
+    finished: dict[str, int]
+
+
+class _Outbox:
+    """Thread-safe FIFO from the engine thread to one consumer, awaitable from the consumer's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None):
+        self._items: deque[Any] = deque()
+        self._cond = threading.Condition()
+        self._loop = loop
+        self._event = asyncio.Event() if loop is not None else None
+
+    def put(self, item: Any) -> None:
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify_all()
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._event.set)  # type: ignore[union-attr]
+            except RuntimeError:  # the consumer's loop is closed: nobody is listening any more
+                pass
+
+    async def get_async(self) -> Any:
+        if self._event is None:
+            raise RuntimeError("submit() was called outside an event loop; use collect() / iteration instead")
+        while True:
+            self._event.clear()  # clear before looking, so a put after the look still wakes us
+            with self._cond:
+                if self._items:
+                    return self._items.popleft()
+            await self._event.wait()
+
+    def get(self, timeout: float | None) -> Any:
+        with self._cond:
+            if not self._cond.wait_for(lambda: bool(self._items), timeout):
+                raise TimeoutError(f"no output from the engine within {timeout} s")
+            return self._items.popleft()
+
+
+class RequestHandle:
+    """A submitted request: iterate it for audio chunks, ``cancel`` it, read ``finish`` once it has ended."""
+
+    def __init__(self, engine: "Engine", request: SynthesisRequest, seed: int, prompt_positions: int,
+                 loop: asyncio.AbstractEventLoop | None):
+        self.id = uuid.uuid4().hex
+        self.request = request
+        self.seed = seed
+        self.prompt_positions = prompt_positions
+        self.submitted_at = time.perf_counter()
+        self.first_audio_at: float | None = None
+        self.finish: FinishInfo | None = None
+        self._engine = engine
+        self._outbox = _Outbox(loop)
+        self._slot: _Slot | None = None
+
+    def cancel(self) -> None:
+        """Ask the engine to drop this request; its slot and cache are freed at the next step. Idempotent."""
+        self._engine._request_cancel(self)
+
+    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[np.ndarray]:
+        try:
+            while True:
+                item = await self._outbox.get_async()
+                if isinstance(item, FinishInfo):
+                    if item.reason == "error":
+                        raise GenerationFailed(item.error or "generation failed")
+                    return
+                yield item
+        finally:  # the consumer stopped listening (disconnect, exception, break): free the slot
+            self.cancel()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self._chunks_blocking(timeout=None)
+
+    def _chunks_blocking(self, timeout: float | None) -> Iterator[np.ndarray]:
+        try:
+            while True:
+                item = self._outbox.get(timeout)
+                if isinstance(item, FinishInfo):
+                    if item.reason == "error":
+                        raise GenerationFailed(item.error or "generation failed")
+                    return
+                yield item
+        finally:
+            self.cancel()
+
+    def collect(self, timeout: float | None = 60.0) -> tuple[np.ndarray, FinishInfo]:
+        """Block until the request ends: (all audio (S,) float32, finish info)."""
+        chunks = list(self._chunks_blocking(timeout))
+        audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+        assert self.finish is not None
+        return audio, self.finish
+
+
+@dataclass(eq=False)  # identity semantics: the scheduler looks slots up with `in`
+class _Slot:
+    handle: RequestHandle
+    max_frames: int
+    cache_bytes: int
+    state: Any = None
+    decoder: Any = None
+    frames: int = 0
+    samples: int = 0
+    pending: list[torch.Tensor] = field(default_factory=list)  # (K, t) codes not yet decoded
+    done: bool = False
+
+
+class Engine:
+    def __init__(self, adapter: ModelAdapter, config: EngineConfig = EngineConfig()):
+        self.adapter = adapter
+        self.config = config
+        self._scheduler: Scheduler[_Slot] = Scheduler(config.scheduler)
+        self._cond = threading.Condition()
+        self._cancels: list[_Slot] = []
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._steps = 0
+        self._frames = 0
+        self._finished: Counter[str] = Counter()
+
+    @property
+    def sample_rate(self) -> int:
+        return self.adapter.codec.sample_rate
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> "Engine":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="duet-engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread; requests still queued or running end as ``cancelled``."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> "Engine":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    # --- requests ----------------------------------------------------------------------------------------------
+
+    def submit(self, request: SynthesisRequest) -> RequestHandle:
+        """Queue a request. Raises InvalidRequest (cannot ever run), QueueFull (busy) or EngineClosed."""
+        self.adapter.validate(request)
+        cap = self.adapter.max_frames
+        max_frames = request.params.max_frames or self.adapter.frame_bound(request)
+        if max_frames > cap:
+            raise InvalidRequest(f"max_frames {max_frames} exceeds this model's bound of {cap}", param="max_frames")
+        prompt = self.adapter.prompt_positions(request)
+        nbytes = reservation_bytes(prompt, max_frames, self.adapter.cache_bytes_per_position)
+        total = self._scheduler.budget.total_bytes
+        if nbytes > total:
+            raise InvalidRequest(
+                f"this request needs {nbytes} bytes of KV cache ({prompt} prompt positions + {max_frames} frames) "
+                f"but the server's whole cache budget is {total}; shorten the input or lower max_frames",
+                param="input", code="context_length_exceeded")
+        seed = request.params.seed if request.params.seed is not None else random.SystemRandom().randrange(2**62)
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        handle = RequestHandle(self, request, seed, prompt, loop)
+        slot = _Slot(handle=handle, max_frames=max_frames, cache_bytes=nbytes)
+        handle._slot = slot
+        with self._cond:
+            if not self.alive:
+                raise EngineClosed("the engine is not running")
+            self._scheduler.enqueue(slot)  # may raise QueueFull
+            self._cond.notify_all()
+        return handle
+
+    def _request_cancel(self, handle: RequestHandle) -> None:
+        slot = handle._slot
+        if slot is None or slot.done:
+            return
+        with self._cond:
+            if slot not in self._cancels:
+                self._cancels.append(slot)
+            self._cond.notify_all()
+
+    def stats(self) -> EngineStats:
+        with self._cond:
+            return EngineStats(
+                alive=self.alive, running=len(self._scheduler.running), waiting=len(self._scheduler.waiting),
+                cache_bytes_used=self._scheduler.budget.used_bytes,
+                cache_bytes_total=self._scheduler.budget.total_bytes,
+                steps=self._steps, frames=self._frames, finished={r: self._finished[r] for r in FINISH_REASONS})
+
+    # --- the engine thread -------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._cancels or self._scheduler.running or self._scheduler.waiting):
+                    self._cond.wait()
+                if self._stopping:
+                    leftovers = list(self._scheduler.running) + list(self._scheduler.waiting)
+                    break
+                cancels, self._cancels = self._cancels, []
+                admitted = self._scheduler.admit()
+                running = list(self._scheduler.running)
+            try:
+                for slot in cancels:
+                    self._close(slot, "cancelled")
+                if admitted:
+                    self._prefill([s for s in admitted if not s.done])
+                active = [s for s in running if not s.done and s.state is not None]
+                if active:
+                    self._step(active)
+            except Exception:  # a bug in the engine itself: fail what is running, keep the thread alive
+                log.exception("engine step failed")
+                for slot in running:
+                    self._close(slot, "error", "internal engine error")
+        for slot in leftovers:
+            self._close(slot, "cancelled")
+
+    def _prefill(self, slots: list[_Slot]) -> None:
+        if not slots:
+            return
+        try:
+            states = self.adapter.prefill([s.handle.request for s in slots], [s.handle.seed for s in slots])
+        except Exception as err:
+            log.exception("prefill failed")
+            for slot in slots:
+                self._close(slot, "error", f"prefill failed: {err}")
+            return
+        for slot, state in zip(slots, states):
+            slot.state = state
+            slot.decoder = self.adapter.codec.stream_decoder()
+
+    def _step(self, slots: list[_Slot]) -> None:
+        try:
+            outs = self.adapter.step([s.state for s in slots])
+        except Exception as err:
+            log.exception("decode step failed")
+            for slot in slots:
+                self._close(slot, "error", f"decode step failed: {err}")
+            return
+        self._steps += 1
+        for slot, out in zip(slots, outs):
+            self._advance(slot, out)
+
+    def _advance(self, slot: _Slot, out: StepOutput) -> None:
+        params = slot.handle.request.params
+        if out.stop_prob is not None and out.stop_prob > params.stop_threshold:
+            self._close(slot, "stop")  # this step's frame is the terminal phantom: not emitted
+            return
+        codes = out.codes[..., : slot.max_frames - slot.frames]  # (K, t) never past the bound
+        if codes.shape[-1]:
+            slot.pending.append(codes)
+            slot.frames += codes.shape[-1]
+            self._frames += codes.shape[-1]
+        if out.final:
+            self._close(slot, "stop")
+        elif slot.frames >= slot.max_frames:
+            self._close(slot, "bound")
+        elif sum(c.shape[-1] for c in slot.pending) >= self.config.chunk_frames:
+            try:
+                self._emit_audio(slot, flush=False)
+            except Exception as err:
+                log.exception("codec decode failed")
+                self._close(slot, "error", f"codec decode failed: {err}")
+
+    def _emit_audio(self, slot: _Slot, flush: bool) -> None:
+        parts = []
+        if slot.pending:
+            codes = torch.cat(slot.pending, dim=-1)[None]  # (1, K, t)
+            slot.pending = []
+            parts.append(slot.decoder.push(codes))  # (1, s)
+        if flush:
+            parts.append(slot.decoder.flush())
+        audio = np.concatenate([p[0].detach().cpu().float().numpy() for p in parts]) if parts else None
+        if audio is not None and audio.size:
+            if slot.handle.first_audio_at is None:
+                slot.handle.first_audio_at = time.perf_counter()
+            slot.samples += audio.size
+            slot.handle._outbox.put(audio)
+
+    def _close(self, slot: _Slot, reason: str, error: str | None = None) -> None:
+        if slot.done:
+            return
+        slot.done = True
+        with self._cond:
+            self._scheduler.remove(slot)
+        if slot.state is not None:
+            try:
+                self.adapter.release(slot.state)
+            except Exception:
+                log.exception("adapter.release failed")
+            slot.state = None
+        if reason in ("stop", "bound") and slot.decoder is not None:
+            try:
+                self._emit_audio(slot, flush=True)
+            except Exception as err:
+                log.exception("codec decode failed")
+                reason, error = "error", f"codec decode failed: {err}"
+        handle = slot.handle
+        info = FinishInfo(reason=reason, frames=slot.frames, samples=slot.samples,
+                          prompt_positions=handle.prompt_positions,
+                          wall_s=time.perf_counter() - handle.submitted_at, error=error)
+        handle.finish = info
+        with self._cond:
+            self._finished[reason] += 1
+        handle._outbox.put(info)

@@ -1,0 +1,30 @@
+"""What the engine refuses, as exceptions the HTTP API maps to OpenAI-shaped 4xx errors (see ``api.py``)."""
+
+from __future__ import annotations
+
+from duet.errors import DuetError
+
+
+class InvalidRequest(DuetError):
+    """A request no model run can satisfy (unknown voice, too long for the cache budget, ...): HTTP 400."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class QueueFull(DuetError):
+    """Admission control: every slot is busy and the waiting queue is at its bound: HTTP 429 with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class EngineClosed(DuetError):
+    """The engine was stopped or its thread is gone: HTTP 503."""
+
+
+class GenerationFailed(RuntimeError):
+    """The model adapter raised while running a request (a bug or a broken model, not the user's input)."""

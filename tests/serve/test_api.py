@@ -1,0 +1,237 @@
+"""The OpenAI-compatible HTTP API through FastAPI's TestClient, on the mock model."""
+
+import base64
+import io
+import json
+import random
+
+import numpy as np
+import pytest
+import soundfile as sf
+from fastapi.testclient import TestClient
+
+from duet.serve.adapter import SynthesisRequest
+from duet.serve.api import ServeConfig, create_app
+from duet.serve.engine import Engine, EngineConfig
+from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.scheduler import SchedulerConfig
+
+from serve_testing import wait_until
+
+MOCK = MockConfig()
+SPF, SR = MOCK.samples_per_frame, MOCK.sample_rate
+
+
+def client_for(mock: MockConfig = MOCK, config: ServeConfig = ServeConfig(), script=None, **scheduler):
+    adapter = MockAdapter(mock, script=script)
+    engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(**scheduler)))
+    return TestClient(create_app(engine, config)), engine, adapter
+
+
+@pytest.fixture
+def api():
+    client, engine, adapter = client_for()
+    with client:
+        yield client, engine, adapter
+
+
+def speech(client, **fields):
+    body = {"model": "duet-mock", "input": "hello world", "voice": "alloy", "seed": 3, **fields}
+    return client.post("/v1/audio/speech", json=body)
+
+
+def sse_events(text: str) -> list[dict]:
+    blocks = [b for b in text.split("\n\n") if b.strip()]
+    assert all(b.startswith("data: ") for b in blocks), blocks
+    return [json.loads(b[len("data: "):]) for b in blocks]
+
+
+def pcm_to_float(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2").astype(np.float64) / 32767.0
+
+
+def wav_bytes(seconds: float, sr: int, fmt: str = "WAV") -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, 0.1 * np.sin(np.arange(int(seconds * sr)) / 5.0), sr, format=fmt)
+    return buf.getvalue()
+
+
+def test_wav_response_parses_with_the_expected_length(api):
+    client, _, _ = api
+    r = speech(client, input="eleven char")  # the mock speaks one frame per character
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/wav"
+    assert r.headers["x-sample-rate"] == str(SR)
+    audio, sr = sf.read(io.BytesIO(r.content))
+    assert sr == SR and audio.shape == (11 * SPF,)
+
+
+def test_sse_deltas_concatenate_to_the_non_streamed_audio(api):
+    client, _, _ = api
+    plain = speech(client, response_format="pcm")
+    streamed = speech(client, response_format="pcm", stream_format="sse")
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(streamed.text)
+    assert [e["type"] for e in events] == ["speech.audio.delta"] * (len(events) - 1) + ["speech.audio.done"]
+    assert all(set(e) == {"type", "audio"} for e in events[:-1]) and len(events) > 2
+    joined = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert joined == plain.content and len(joined) == 11 * SPF * 2
+    usage = events[-1]["usage"]
+    assert usage["output_tokens"] == 11 and usage["total_tokens"] == usage["input_tokens"] + 11
+    assert events[-1]["duet"]["finish_reason"] == "stop"
+
+
+def test_sse_wav_and_flac_decode_to_the_same_samples(api):
+    client, _, _ = api
+    pcm = pcm_to_float(speech(client, response_format="pcm").content)
+    events = sse_events(speech(client, response_format="wav", stream_format="sse").text)
+    wav, _ = sf.read(io.BytesIO(b"".join(base64.b64decode(e["audio"]) for e in events[:-1])))
+    flac, sr = sf.read(io.BytesIO(speech(client, response_format="flac").content))
+    assert sr == SR
+    np.testing.assert_allclose(wav, pcm, atol=1.5 / 32767)
+    np.testing.assert_allclose(flac, pcm, atol=1.5 / 32767)
+
+
+def test_sampled_codes_survive_the_http_path(api):
+    client, _, adapter = api
+    greedy = pcm_to_float(speech(client, response_format="pcm", temperature=0).content)
+    assert (adapter.codec.codes_from_audio(greedy) == 0).all()
+    top2 = adapter.codec.codes_from_audio(pcm_to_float(speech(client, response_format="pcm", top_k=2).content))
+    assert set(np.unique(top2)) == {0, 1}
+
+
+def test_speed_voice_object_and_instructions_reach_the_adapter(api):
+    client, _, adapter = api
+    r = speech(client, input="twenty characters!!!", speed=2.0, voice={"id": "echo"}, instructions="happy",
+               response_format="pcm")
+    assert r.status_code == 200 and len(r.content) == 10 * SPF * 2  # the mock speaks ceil(chars / speed) frames
+    seen = adapter.prefilled[-1]
+    assert (seen.voice, seen.instructions, seen.speed) == ("echo", "happy", 2.0)
+
+
+def test_queue_full_answers_429_with_retry_after(never_stop):
+    client, engine, _ = client_for(MockConfig(step_delay_s=0.01), script=never_stop, max_running=1, max_waiting=0,
+                                   retry_after_s=2.5)
+    with client:
+        holder = engine.submit(SynthesisRequest(text="x"))  # holds the only slot; no queue behind it
+        r = speech(client)
+        assert r.status_code == 429 and r.headers["retry-after"] == "3"
+        assert r.json()["error"]["type"] == "rate_limit_error"
+        holder.cancel()
+        wait_until(lambda: engine.stats().running == 0, what="the slot to free")
+        assert speech(client, max_frames=4).status_code == 200
+
+
+def test_bad_requests_get_openai_shaped_4xx_and_the_server_keeps_serving(api):
+    client, _, _ = api
+    cases = [
+        (b"{not json", 400), (b"[1, 2]", 400), (json.dumps({"input": "hi"}).encode(), 400),
+        (json.dumps({"model": "nope", "input": "hi"}).encode(), 404),
+        (json.dumps({"model": "duet-mock", "input": ""}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "   "}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": 5}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "voice": "nobody"}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "response_format": "mp3"}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "response_format": "flac", "stream_format": "sse"}).encode(),
+         400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "speed": 9}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "speed": "fast"}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "stream_format": "video"}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "top_p": 0}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "max_frames": 10**6}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "unknown_field": 1}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi", "reference_audio": "%%%"}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "hi",
+                     "reference_audio": base64.b64encode(b"RIFF garbage").decode()}).encode(), 400),
+        (json.dumps({"model": "duet-mock", "input": "x" * 5000}).encode(), 400),
+    ]
+    for body, status in cases:
+        r = client.post("/v1/audio/speech", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == status, (body[:80], r.text)
+        error = r.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"]
+        assert speech(client, input="ok").status_code == 200  # and the next good request is served
+    assert client.get("/no/such/route").json()["error"]["code"] == "not_found"
+    assert client.get("/v1/audio/speech").status_code == 405
+
+
+def test_fuzzed_requests_never_get_a_5xx(api):
+    client, _, _ = api
+    rng = random.Random(0)
+    values = [None, True, 0, -1, 1.5, 1e308, "", "x" * 5000, "alloy", [], {}, {"id": 3}, "wav", "sse", "\x00",
+              "duet-mock", "\ud7ff" * 3, 2**70]
+    keys = ["model", "input", "voice", "response_format", "speed", "stream_format", "instructions", "seed",
+            "temperature", "top_k", "top_p", "max_frames", "reference_audio", "stop_threshold", "junk"]
+    statuses = []
+    for _ in range(200):
+        body = {"model": "duet-mock", "input": "hi"}
+        for key in rng.sample(keys, rng.randint(1, 4)):
+            body[key] = rng.choice(values)
+        raw = json.dumps(body).encode()
+        if rng.random() < 0.15:
+            raw = raw[: rng.randint(0, len(raw))]  # truncated JSON
+        r = client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"})
+        statuses.append(r.status_code)
+        assert r.status_code < 500, (raw[:120], r.text)
+        if r.status_code >= 400:
+            assert "error" in r.json()
+    assert statuses.count(200) > 0 and sum(s >= 400 for s in statuses) > 100
+    assert speech(client).status_code == 200
+
+
+def test_body_and_text_limits_are_configurable():
+    config = ServeConfig(max_body_bytes=2000, max_input_chars=50)
+    client, _, _ = client_for(config=config)
+    with client:
+        assert speech(client, input="y" * 51).json()["error"]["code"] == "string_above_max_length"
+        r = speech(client, input="z" * 40, instructions="i" * 3000)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        assert speech(client, input="z" * 50).status_code == 200
+
+
+def test_voice_cloning_from_an_upload_or_base64(api):
+    client, _, adapter = api
+    clip = wav_bytes(2.0, 8000)
+    r = client.post("/v1/audio/speech", data={"model": "duet-mock", "input": "clone me", "seed": "1"},
+                    files={"reference_audio": ("ref.wav", clip, "audio/wav")})
+    assert r.status_code == 200, r.text
+    reference = adapter.prefilled[-1].reference
+    assert reference is not None and reference.shape == (2 * SR,)  # resampled to the codec's rate
+    flac = base64.b64encode(wav_bytes(1.0, SR, "FLAC")).decode()
+    r = speech(client, reference_audio="data:audio/flac;base64," + flac)
+    assert r.status_code == 200 and adapter.prefilled[-1].reference.shape == (SR,)
+    too_long = speech(client, reference_audio=base64.b64encode(wav_bytes(31.0, 8000)).decode())
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "reference_too_long"
+    too_short = speech(client, reference_audio=base64.b64encode(wav_bytes(0.1, 8000)).decode())
+    assert too_short.status_code == 400 and too_short.json()["error"]["param"] == "reference_audio"
+
+
+def test_cloning_unsupported_is_a_400():
+    client, _, _ = client_for(MockConfig(supports_cloning=False))
+    with client:
+        r = speech(client, reference_audio=base64.b64encode(wav_bytes(2.0, 8000)).decode())
+        assert r.status_code == 400 and r.json()["error"]["code"] == "cloning_unsupported"
+        assert client.get("/v1/audio/voices").json()["cloning"] is False
+
+
+def test_models_health_voices(api):
+    client, _, _ = api
+    assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["duet-mock"]
+    health = client.get("/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert [v["id"] for v in client.get("/v1/audio/voices").json()["data"]] == ["alloy", "echo"]
+
+
+def test_metrics_count_requests_after_traffic(api):
+    client, _, _ = api
+    for _ in range(3):
+        assert speech(client).status_code == 200
+    assert speech(client, voice="nobody").status_code == 400
+    text = client.get("/metrics").text
+    assert 'duet_requests_total{method="POST",route="/v1/audio/speech",status="200"} 3' in text
+    assert 'duet_requests_total{method="POST",route="/v1/audio/speech",status="400"} 1' in text
+    assert "duet_ttfa_seconds_count 3" in text and "duet_rtf_count 3" in text
+    assert "duet_active_streams 0" in text and "duet_queue_depth 0" in text
+    assert 'duet_engine_finished_total{reason="stop"} 3' in text
+    for line in text.splitlines():  # every sample line is "name{labels} number"
+        if line and not line.startswith("#"):
+            float(line.rsplit(" ", 1)[1])

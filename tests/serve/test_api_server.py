@@ -1,0 +1,99 @@
+"""The API behind a real uvicorn server on 127.0.0.1: streaming, disconnects, concurrent clients, 429."""
+
+import asyncio
+import io
+
+import httpx
+import numpy as np
+import soundfile as sf
+
+from duet.serve.api import create_app
+from duet.serve.engine import Engine, EngineConfig
+from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.scheduler import SchedulerConfig
+
+from serve_testing import uvicorn_server, wait_until
+
+BODY = {"model": "duet-mock", "voice": "alloy"}
+
+
+def serve(mock: MockConfig, script=None, **scheduler):
+    adapter = MockAdapter(mock, script=script)
+    engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(**scheduler)))
+    return create_app(engine), engine, adapter
+
+
+def test_streamed_wav_over_http_arrives_in_chunks_and_parses():
+    app, engine, _ = serve(MockConfig(step_delay_s=0.005))
+    with uvicorn_server(app) as url:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            with client.stream("POST", "/v1/audio/speech", json={**BODY, "input": "x" * 40, "seed": 1}) as r:
+                assert r.status_code == 200 and r.headers["content-type"] == "audio/wav"
+                assert r.headers.get("transfer-encoding") == "chunked"
+                pieces = list(r.iter_raw())
+            audio, sr = sf.read(io.BytesIO(b"".join(pieces)))
+            assert sr == 16_000 and audio.shape == (40 * 320,)
+            assert len(pieces) > 2  # audio came as it was made, not in one piece at the end
+            again = client.post("/v1/audio/speech", json={**BODY, "input": "x" * 40, "seed": 1,
+                                                          "response_format": "pcm"})
+            np.testing.assert_allclose(np.frombuffer(again.content, "<i2") / 32767, audio, atol=1.5 / 32767)
+
+
+def test_client_disconnect_mid_stream_frees_the_slot(never_stop):
+    app, engine, adapter = serve(MockConfig(step_delay_s=0.01), script=never_stop, max_running=2)
+    with uvicorn_server(app) as url:
+        for stream_format in ("audio", "sse"):
+            with httpx.Client(base_url=url, timeout=30) as client:
+                with client.stream("POST", "/v1/audio/speech",
+                                   json={**BODY, "input": "forever", "stream_format": stream_format}) as r:
+                    assert r.status_code == 200
+                    got = 0
+                    for piece in r.iter_raw():
+                        got += len(piece)
+                        if got > 4000:
+                            break
+                    assert engine.stats().running == 1
+            # leaving both context managers closed the connection mid-stream
+            wait_until(lambda: engine.stats().running == 0, what="the engine to drop the request")
+        assert engine.stats().finished["cancelled"] == 2
+        assert adapter.live_states == 0 and engine.stats().cache_bytes_used == 0
+        metrics = httpx.get(f"{url}/metrics").text
+        assert "duet_active_streams 0" in metrics and "duet_engine_running 0" in metrics
+        r = httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "after", "max_frames": 3}, timeout=30)
+        assert r.status_code == 200 and len(r.content) == 44 + 3 * 320 * 2
+
+
+def test_concurrent_streams_and_429_when_full():
+    app, engine, _ = serve(MockConfig(step_delay_s=0.003, max_frames=5000), max_running=4, max_waiting=4)
+    lengths = [10 + 3 * i for i in range(8)]
+
+    async def one(client: httpx.AsyncClient, n: int) -> tuple[int, bytes]:
+        r = await client.post("/v1/audio/speech", json={**BODY, "input": "y" * n, "response_format": "pcm"})
+        return r.status_code, r.content
+
+    async def run(url: str) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            results = await asyncio.gather(*(one(client, n) for n in lengths))
+            assert [s for s, _ in results] == [200] * 8
+            assert [len(c) for _, c in results] == [n * 320 * 2 for n in lengths]
+            # 8 long requests (3000 frames, 9 s each) fill 4 slots + 4 queue places; the ninth is refused
+            busy = [asyncio.create_task(one(client, 3000)) for _ in range(8)]
+            for _ in range(1000):
+                stats = engine.stats()
+                if stats.running + stats.waiting == 8:
+                    break
+                await asyncio.sleep(0.01)
+            assert engine.stats().running + engine.stats().waiting == 8
+            refused = await client.post("/v1/audio/speech", json={**BODY, "input": "z"})
+            assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+            assert refused.json()["error"]["code"] == "server_busy"
+            for task in busy:
+                task.cancel()
+            await asyncio.gather(*busy, return_exceptions=True)
+
+    with uvicorn_server(app) as url:
+        asyncio.run(run(url))
+        # far sooner than the 18 s they would take to finish: running and queued requests both saw their clients go
+        wait_until(lambda: engine.stats().running + engine.stats().waiting == 0, timeout=12.0,
+                   what="cancelled clients to leave")
+        assert engine.stats().finished["cancelled"] == 8

@@ -1,0 +1,222 @@
+"""The continuous-batching engine on the mock model (uniform logits, scripted stop): no weights needed."""
+
+import asyncio
+import random
+import time
+
+import numpy as np
+import pytest
+
+from duet.serve.adapter import StepOutput, SynthesisRequest
+from duet.serve.engine import Engine
+from duet.serve.errors import InvalidRequest, QueueFull
+from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.sampling import SamplingParams
+
+from serve_testing import make_engine, wait_until
+
+SPF = MockConfig().samples_per_frame
+
+
+def by_length(request: SynthesisRequest) -> int:
+    """Script: the text is the number of frames to speak."""
+    return int(request.text)
+
+
+def req(n: int | str, seed: int = 0, **params) -> SynthesisRequest:
+    return SynthesisRequest(text=str(n), params=SamplingParams(seed=seed, **params))
+
+
+def test_many_concurrent_requests_get_exactly_their_scripted_lengths():
+    engine, adapter = make_engine(script=by_length, max_running=6, max_waiting=40)
+    lengths = random.Random(0).choices(range(1, 40), k=30)
+    with engine:
+        handles = [engine.submit(req(n, seed=i)) for i, n in enumerate(lengths)]
+        results = [h.collect(timeout=30) for h in handles]
+    for n, (audio, info) in zip(lengths, results):
+        assert (info.reason, info.frames, info.samples, audio.size) == ("stop", n, n * SPF, n * SPF)
+    stats = engine.stats()
+    assert stats.finished["stop"] == 30 and stats.frames == sum(lengths)
+    assert stats.running == stats.waiting == stats.cache_bytes_used == 0
+    assert adapter.live_states == 0
+    assert stats.steps < sum(lengths)  # requests really shared steps
+
+
+def test_joining_midway_changes_nobody_s_output():
+    mock = MockConfig(step_delay_s=0.002)
+    solo = {}
+    for n, seed in ((30, 1), (12, 2), (20, 3)):
+        engine, _ = make_engine(mock, script=by_length)
+        with engine:
+            solo[seed] = engine.submit(req(n, seed)).collect()[0]
+
+    engine, _ = make_engine(mock, script=by_length, max_running=4)
+    with engine:
+        first = engine.submit(req(30, 1))
+        chunks = iter(first)
+        got = [next(chunks) for _ in range(5)]  # first is 5 frames in when the others arrive
+        second = engine.submit(req(12, 2))
+        got += [next(chunks) for _ in range(5)]
+        third = engine.submit(req(20, 3))
+        got += list(chunks)
+        joined = {1: np.concatenate(got), 2: second.collect()[0], 3: third.collect()[0]}
+    for seed in solo:
+        assert np.array_equal(joined[seed], solo[seed]), f"request with seed {seed} changed when batched"
+    assert not np.array_equal(solo[2][: 12 * SPF], solo[1][: 12 * SPF])  # seeds matter at all
+
+
+def test_per_request_sampling_parameters_are_honoured():
+    engine, adapter = make_engine(script=by_length, max_running=8)
+    codec = adapter.codec
+    with engine:
+        handles = {
+            "greedy": engine.submit(req(20, 1, temperature=0.0)),
+            "top_k": engine.submit(req(40, 2, top_k=2)),
+            "top_p": engine.submit(req(40, 3, top_p=0.25)),
+            "free": engine.submit(req(40, 4)),
+            "free_again": engine.submit(req(40, 4)),
+            "other_seed": engine.submit(req(40, 5)),
+            "short_bound": engine.submit(req(40, 6, max_frames=9)),
+        }
+        codes = {k: codec.codes_from_audio(h.collect()[0]) for k, h in handles.items()}
+    assert (codes["greedy"] == 0).all()
+    assert set(np.unique(codes["top_k"])) == {0, 1}
+    assert set(np.unique(codes["top_p"])) == {0, 1}
+    assert codes["free"].max() == 7  # the full alphabet of the 8-level channels
+    assert np.array_equal(codes["free"], codes["free_again"])
+    assert not np.array_equal(codes["free"], codes["other_seed"])
+    assert codes["short_bound"].shape[1] == 9
+
+
+def test_stop_threshold_is_per_request():
+    engine, _ = make_engine(MockConfig(stop_prob=0.6), script=by_length)
+    with engine:
+        low = engine.submit(req(5, stop_threshold=0.5))
+        high = engine.submit(req(5, stop_threshold=0.7, max_frames=12))
+        assert low.collect()[1].reason == "stop" and low.finish.frames == 5
+        assert high.collect()[1].reason == "bound" and high.finish.frames == 12
+
+
+def test_length_bound_ends_a_request_that_never_stops(never_stop):
+    engine, adapter = make_engine(MockConfig(max_frames=25), script=never_stop)
+    with engine:
+        bounded = engine.submit(req("x", max_frames=7)).collect()
+        default = engine.submit(req("y")).collect()
+    assert (bounded[1].reason, bounded[1].frames, bounded[0].size) == ("bound", 7, 7 * SPF)
+    assert (default[1].reason, default[1].frames) == ("bound", 25)  # the adapter's own bound
+    with pytest.raises(InvalidRequest):
+        engine.submit(req("z", max_frames=26))
+
+
+def test_full_queue_refuses_with_retry_after(never_stop):
+    engine, _ = make_engine(MockConfig(step_delay_s=0.01), script=never_stop, max_running=2, max_waiting=1,
+                            retry_after_s=3.0)
+    with engine:
+        handles = [engine.submit(req("x", seed=i)) for i in range(3)]
+        with pytest.raises(QueueFull) as err:
+            engine.submit(req("x"))
+        assert err.value.retry_after_s == 3.0
+        wait_until(lambda: engine.stats().running == 2, what="two running")
+        assert engine.stats().waiting == 1
+        for h in handles:
+            h.cancel()
+        wait_until(lambda: engine.stats().running + engine.stats().waiting == 0, what="queue drained")
+        engine.submit(req("2", seed=9))  # accepted again
+
+
+def test_cancel_frees_the_slot_and_cache(never_stop):
+    engine, adapter = make_engine(MockConfig(step_delay_s=0.005), script=never_stop, max_running=1)
+    with engine:
+        hog = engine.submit(req("x"))
+        chunks = iter(hog)
+        next(chunks)  # running, holding the only slot
+        waiting = engine.submit(req("y", max_frames=3))
+        time.sleep(0.05)
+        assert engine.stats().waiting == 1
+        hog.cancel()
+        audio, info = waiting.collect(timeout=10)
+        assert (info.reason, info.frames) == ("bound", 3)
+        wait_until(lambda: hog.finish is not None, what="the cancel to be processed")
+    assert hog.finish.reason == "cancelled"
+    assert adapter.live_states == 0 and engine.stats().cache_bytes_used == 0
+
+
+def test_dropping_the_async_iterator_cancels(never_stop):
+    engine, adapter = make_engine(MockConfig(step_delay_s=0.002), script=never_stop)
+
+    async def consume_three() -> None:
+        handle = engine.submit(req("x"))
+        n = 0
+        async for _ in handle:
+            n += 1
+            if n == 3:
+                break  # the async generator's finally cancels, as a client disconnect does in the API
+
+    with engine:
+        asyncio.run(consume_three())
+        wait_until(lambda: engine.stats().finished["cancelled"] == 1, what="cancelled")
+        assert engine.stats().running == 0 and adapter.live_states == 0
+
+
+def test_cache_budget_is_respected(never_stop):
+    mock = MockConfig(cache_bytes_per_position=100)
+    # Each request reserves (8 prefix + 1 text + 3 service + 20 frames) positions x 100 bytes = 3200 bytes.
+    engine, adapter = make_engine(mock, script=never_stop, max_running=8, cache_budget_bytes=7000)
+    with engine:
+        handles = [engine.submit(req(str(i), seed=i, max_frames=20)) for i in range(6)]
+        peak = 0
+        while not all(h.finish for h in handles):
+            stats = engine.stats()
+            assert stats.cache_bytes_used <= 7000
+            peak = max(peak, stats.running)
+            time.sleep(0.001)
+        with pytest.raises(InvalidRequest) as err:
+            engine.submit(req("long", max_frames=100))  # 11 + 100 positions can never fit 7000 bytes
+        assert err.value.code == "context_length_exceeded"
+    assert all(h.finish.frames == 20 for h in handles)
+    assert peak <= 2
+    assert adapter.max_live_cache_bytes <= 7000  # what the model really held, not only what was reserved
+
+
+class FailingAdapter(MockAdapter):
+    """Raises in step for requests whose text is "boom", to check the engine survives a model error."""
+
+    def step(self, states):
+        if any(s.request.text == "boom" for s in states):
+            raise RuntimeError("kaboom")
+        return super().step(states)
+
+
+def test_a_model_error_fails_its_batch_and_the_engine_keeps_serving():
+    adapter = FailingAdapter()  # default script: one frame per character
+    with Engine(adapter) as engine:
+        from duet.serve.errors import GenerationFailed
+
+        with pytest.raises(GenerationFailed, match="kaboom"):
+            engine.submit(SynthesisRequest(text="boom")).collect()
+        audio, info = engine.submit(req("four")).collect()
+        assert (info.reason, info.frames) == ("stop", 4)
+        assert engine.stats().finished["error"] == 1
+
+
+def test_non_ar_adapter_final_flag_ends_a_request():
+    """A Luna-style adapter emits whole blocks and says `final`; the engine needs no stop probability."""
+
+    class BlockAdapter(MockAdapter):
+        def step(self, states):
+            outs = super().step(states)
+            return [StepOutput(codes=o.codes.repeat(1, 4), final=s.emitted >= 3) for o, s in zip(outs, states)]
+
+    with Engine(BlockAdapter(script=lambda r: None)) as engine:
+        audio, info = engine.submit(req("x")).collect()
+    assert (info.reason, info.frames, audio.size) == ("stop", 12, 12 * SPF)
+
+
+def test_submit_after_stop_is_refused():
+    engine, _ = make_engine()
+    engine.start()
+    engine.stop()
+    from duet.serve.errors import EngineClosed
+
+    with pytest.raises(EngineClosed):
+        engine.submit(req(3))

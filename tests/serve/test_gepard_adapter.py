@@ -1,0 +1,134 @@
+"""The Gepard adapter on a micro GepardModel with random weights: batched KV-cached decoding is exact.
+
+Greedy decoding removes sampling from the comparison, so the served frames must equal the offline sampler's
+(``duet.gepard.generate``) for each request, alone or batched with others that join at different steps.
+"""
+
+import pytest
+import torch
+
+from duet.codecs.fsq import FSQConfig, GroupFSQ
+from duet.gepard.config import GepardConfig
+from duet.gepard.generate import SamplingConfig, generate
+from duet.gepard.model import GepardModel, GepardPrompt
+from duet.nn.backbone import BackboneConfig
+from duet.serve.adapter import SynthesisRequest
+from duet.serve.engine import Engine
+from duet.serve.errors import InvalidRequest
+from duet.serve.gepard_adapter import GepardAdapter, GepardServeConfig
+from duet.serve.mock import MockCodec
+from duet.serve.sampling import SamplingParams
+
+SOT, EOT, SOS = 61, 62, 63  # test-only service ids inside the micro vocabulary
+FRAMES = 12
+
+
+def micro_model() -> GepardModel:
+    torch.manual_seed(0)
+    backbone = BackboneConfig(num_layers=2, width=64, num_heads=4, num_kv_heads=2, head_dim=16, mlp_width=128,
+                              vocab_size=64, rope_theta=10_000.0, max_positions=512)
+    return GepardModel(GepardConfig(name="micro", backbone=backbone, audio_embed_dim=2)).eval()
+
+
+def encode(request: SynthesisRequest) -> list[int]:
+    return [SOT, *(ord(c) % 60 for c in request.text), EOT, SOS]
+
+
+def packed_codec() -> MockCodec:
+    return MockCodec(16_000, 320, (FSQConfig().codebook_size,) * 8)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def model(request):
+    return micro_model().to(request.param)
+
+
+def adapter_for(model) -> GepardAdapter:
+    return GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64))
+
+
+def greedy(text: str) -> SynthesisRequest:
+    return SynthesisRequest(text=text, params=SamplingParams(temperature=0, stop_threshold=0.999, max_frames=FRAMES))
+
+
+def offline(model, text: str) -> torch.Tensor:
+    prompt = GepardPrompt(torch.tensor([encode(SynthesisRequest(text=text))], device=model.embed_tokens.weight.device))
+    result = generate(model, prompt, config=SamplingConfig(temperature=0, stop_threshold=0.999, max_frames=FRAMES,
+                                                           margin_frames=FRAMES))
+    assert result.lengths.item() == FRAMES  # random weights: the stop head never reaches 0.999
+    return GroupFSQ(FSQConfig()).fold(result.codes.cpu())[0]  # (G, T)
+
+
+def run(adapter, requests_at: dict[int, SynthesisRequest]) -> dict[int, torch.Tensor]:
+    """Drive prefill/step like the engine, admitting request i at step requests_at key."""
+    states, frames, step = {}, {}, 0
+    while len(frames) < len(requests_at) or any(len(f) < FRAMES for f in frames.values()):
+        for at, request in requests_at.items():
+            if at == step:
+                states[at] = adapter.prefill([request], [0])[0]
+                frames[at] = []
+        live = [k for k in states if len(frames[k]) < FRAMES]
+        if live:
+            for k, out in zip(live, adapter.step([states[k] for k in live])):
+                frames[k].append(out.codes)
+                if len(frames[k]) == FRAMES:
+                    adapter.release(states[k])  # its slot is reused (stale contents and all) by later requests
+        step += 1
+    return {k: torch.cat(v, dim=-1) for k, v in frames.items()}
+
+
+def test_served_greedy_frames_equal_the_offline_sampler(model):
+    texts = ["hello", "a much longer sentence here", "mid"]
+    expected = [offline(model, t) for t in texts]
+    adapter = adapter_for(model)
+    alone = run(adapter, {0: greedy(texts[0])})
+    assert torch.equal(alone[0], expected[0])
+    batched = run(adapter, {0: greedy(texts[0]), 3: greedy(texts[1]), 7: greedy(texts[2])})
+    assert adapter._pool.kv.shape[2] == 4  # slots were reused, not only added
+    for i in range(3):
+        assert torch.equal(batched[[0, 3, 7][i]], expected[i]), f"request {i} changed when batched"
+
+
+def test_cache_stays_within_the_reservation(model):
+    adapter = adapter_for(model)
+    request = greedy("abc")
+    state = adapter.prefill([request], [0])[0]
+    for _ in range(FRAMES):
+        adapter.step([state])
+    assert state.length == adapter.prompt_positions(request) + FRAMES == adapter._pool.kv.shape[4]
+    assert adapter.cache_bytes_per_position == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 kv heads, hd 16, fp32
+
+
+def test_engine_serves_gepard_with_stop_and_bound(model):
+    adapter = adapter_for(model)
+    with Engine(adapter) as engine:
+        bounded = engine.submit(greedy("bounded")).collect()[1]
+        eager = engine.submit(SynthesisRequest(text="stop", params=SamplingParams(stop_threshold=0.01, seed=1)))
+        stopped = eager.collect()[1]
+    assert (bounded.reason, bounded.frames) == ("bound", FRAMES)
+    assert (stopped.reason, stopped.frames) == ("stop", 0)  # every p_stop exceeds 0.01
+
+
+def test_what_gepard_cannot_do_yet_is_a_clear_400(model):
+    adapter = adapter_for(model)
+    for request in (SynthesisRequest(text="x", voice="nobody"), SynthesisRequest(text="x", instructions="sad"),
+                    SynthesisRequest(text="x", speed=2.0),
+                    SynthesisRequest(text="x", reference=torch.zeros(10).numpy()),
+                    SynthesisRequest(text="x" * 600)):
+        with pytest.raises(InvalidRequest):
+            adapter.validate(request)
+
+
+def test_gepard_through_the_http_api(model):
+    from fastapi.testclient import TestClient
+
+    from duet.serve.api import create_app
+
+    with TestClient(create_app(Engine(adapter_for(model)))) as client:
+        r = client.post("/v1/audio/speech", json={"model": "micro", "input": "hi", "response_format": "pcm",
+                                                  "max_frames": 5, "stop_threshold": 0.999, "seed": 1})
+        assert r.status_code == 200 and len(r.content) == 5 * 320 * 2
+        assert client.post("/v1/audio/speech", json={"model": "micro", "input": "hi", "speed": 2}).status_code == 400

@@ -1,0 +1,96 @@
+"""Luna-TTS model configuration and named presets.
+
+Luna-TTS report §2.1-§2.4 (DESIGN.md §B): a Qwen3-0.6B backbone with bidirectional attention, one sequence position
+per acoustic frame whose input is the sum of Q codebook embeddings, Q parallel heads over K codes each. The codec
+grid is Q = 8 codebooks x K = 2048 entries at 25 Hz (Luna-Codec §2.2; duet's RVQ codec has the same shape).
+
+Presets (``luna_preset(name)``; a test builds each one):
+
+``luna-0.6b``  Qwen3-0.6B's published shape: D 1024, 28 layers, 16 query / 8 key-value heads of 128, MLP 3072,
+               vocabulary 151,936 (duet's service tokens sit in its padded rows, see ``duet.text.qwen``), tied
+               embeddings, RoPE theta 1e6. Backbone 596,049,920 parameters (155,582,464 of them the embedding);
+               audio tables 8 x 2049 x 1024 and heads 1024 -> 8 x 2048 add 33.6M.
+``luna-tiny``  a CPU-sized model for the shipped checkpoint: duet's small BPE (2048 bytes + merges, then the service
+               tokens), D 384, 8 layers, 6 query / 2 key-value heads of 64, MLP 1024, RoPE theta 1e4 (sequences stay
+               under ~1k positions; divergence from the 0.6b's 1e6, which is sized for 40k). About 13M backbone +
+               12.6M audio parameters with the full 8 x 2048 grid. When the trained BPE comes out smaller than
+               requested, rebuild the config with ``with_vocab(cfg, len(tokenizer))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from duet.errors import DuetError
+from duet.nn.backbone import BackboneConfig
+from duet.text.tokens import SERVICE_TOKENS
+
+
+@dataclass(frozen=True)
+class LunaConfig:
+    backbone: BackboneConfig
+    num_codebooks: int = 8  # Q
+    codebook_size: int = 2048  # K; the mask token of every codebook is id K (one extra embedding row per table)
+    head_bias: bool = True
+
+    def __post_init__(self) -> None:
+        if self.num_codebooks <= 0 or self.codebook_size <= 1:
+            raise DuetError(f"need Q >= 1 codebooks of K >= 2 codes, got Q={self.num_codebooks} K={self.codebook_size}")
+
+    @property
+    def mask_id(self) -> int:
+        """The absorbing-state mask token in the grid: one past the last code (Luna §2.3 "mask token m")."""
+        return self.codebook_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LunaConfig":
+        d = dict(d)
+        return cls(backbone=BackboneConfig(**d.pop("backbone")), **d)
+
+
+QWEN3_0_6B = BackboneConfig(
+    num_layers=28,
+    width=1024,
+    num_heads=16,
+    num_kv_heads=8,
+    head_dim=128,
+    mlp_width=3072,
+    vocab_size=151_936,
+    rope_theta=1_000_000.0,
+    max_positions=40_960,
+    rms_norm_eps=1e-6,
+)
+
+TINY_BPE_SIZE = 2048  # bytes + merges asked of duet.text.bpe for luna-tiny; service tokens come on top
+
+TINY = BackboneConfig(
+    num_layers=8,
+    width=384,
+    num_heads=6,
+    num_kv_heads=2,
+    head_dim=64,
+    mlp_width=1024,
+    vocab_size=TINY_BPE_SIZE + len(SERVICE_TOKENS),
+    rope_theta=10_000.0,
+    max_positions=4096,
+)
+
+_PRESETS = {
+    "luna-0.6b": LunaConfig(backbone=QWEN3_0_6B),
+    "luna-tiny": LunaConfig(backbone=TINY),
+}
+PRESETS: tuple[str, ...] = tuple(_PRESETS)
+
+
+def luna_preset(name: str) -> LunaConfig:
+    if name not in _PRESETS:
+        raise DuetError(f"unknown Luna preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    return _PRESETS[name]
+
+
+def with_vocab(cfg: LunaConfig, vocab_size: int) -> LunaConfig:
+    """The same model with a text vocabulary of ``vocab_size`` rows (e.g. ``len(tokenizer)`` of a trained BPE)."""
+    return replace(cfg, backbone=replace(cfg.backbone, vocab_size=vocab_size))

@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-DEBIAN_PACKAGES=(festival festvox-kallpc16k festvox-us-slt-hts espeak-ng asterisk-core-sounds-en
-                 asterisk-core-sounds-en-g722 pocketsphinx-testdata fortunes fortunes-min wamerican sox ffmpeg)
+DEBIAN_PACKAGES=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts espeak-ng
+                 asterisk-core-sounds-en asterisk-core-sounds-en-g722 asterisk-core-sounds-es
+                 asterisk-core-sounds-es-g722 asterisk-core-sounds-fr asterisk-core-sounds-fr-g722
+                 pocketsphinx-testdata fortunes fortunes-min fortunes-es fortunes-br wamerican sox ffmpeg)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do

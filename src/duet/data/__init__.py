@@ -1,0 +1,16 @@
+"""Offline speech data: a multi-speaker, multilingual corpus made from Debian packages, and its codec codes.
+
+    text_sources.py   sentences to read: fortunes (en, es, pt-br), templates (numbers/dates, nl, ky), short words
+    sources/          one module per speech source; each speaker is a frozen dataclass that renders audio
+        festival.py, espeak.py          synthesisers (voice x rate x pitch = a speaker)
+        asterisk.py, pocketsphinx.py    recorded prompts and their cleaned transcripts
+        recorded.py, base.py            decoding recordings; the Renderer protocol and atomic WAV writing
+    plan.py           CorpusPreset -> the list of utterances (text, speaker, split, path), deterministic per seed
+    presets.py        `tiny` (tests) and `base` (hours, for the shipped models)
+    build.py          render what is missing on all cores, then manifest.jsonl + summary.{md,json}
+    manifest.py       the JSONL manifest and the text-keyed train/val/test split
+    shards.py         `duet data encode`: codes in resumable safetensors shards; `CodeShards` reads them
+    cli.py            `duet data build | encode`
+
+Audio is stored as mono 16-bit WAV at each source's native rate (16, 22.05 or 32 kHz); consumers resample on load.
+"""

@@ -1,0 +1,121 @@
+"""What a corpus contains: `CorpusPreset` (the recipe) -> `plan_corpus` -> one `PlannedUtterance` per audio file.
+
+Planning is cheap and deterministic under a seed (text pools are sorted, every random draw is seeded by
+(seed, speaker)), so a rerun plans exactly the same ids and paths, which is what makes the build resumable.
+Ids are `<speaker>-<hash of the text>` for synthesised speech and `<source>-<language>-<prompt name>` for
+recordings, so they stay stable when a preset grows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from duet.data.manifest import assign_split
+from duet.data.sources.asterisk import AsteriskPrompts, list_prompts
+from duet.data.sources.base import Renderer
+from duet.data.sources.espeak import EspeakSpeaker
+from duet.data.sources.festival import FestivalSpeaker
+from duet.data.sources.pocketsphinx import PocketsphinxTestdata, list_recordings
+from duet.data.sources.recorded import RecordedSpeaker
+from duet.data.text_sources import sentence_pool, short_utterances
+
+SynthSpeaker = FestivalSpeaker | EspeakSpeaker
+
+
+@dataclass(frozen=True)
+class SpeakerQuota:
+    """How much one synthetic speaker reads: `sentences` from its language's pool, `short` 1-2 word items."""
+
+    speaker: SynthSpeaker
+    sentences: int
+    short: int = 0  # English only: the short register comes from an English word list
+
+
+@dataclass(frozen=True)
+class CorpusPreset:
+    name: str
+    voices: tuple[SpeakerQuota, ...]
+    asterisk: tuple[AsteriskPrompts, ...] = ()
+    pocketsphinx: PocketsphinxTestdata | None = None
+    en_templates: int = 1000  # number/date/abbreviation sentences added to the English pool
+    short_pool: int = 5000  # distinct 1-2 word utterances the speakers draw from
+    val_fraction: float = 0.02
+    test_fraction: float = 0.02
+    batch_size: int = 16  # utterances per worker task
+
+
+@dataclass(frozen=True)
+class PlannedUtterance:
+    id: str
+    text: str
+    language: str
+    speaker: str
+    source: str
+    path: str  # relative to the corpus directory
+    split: str
+    renderer: Renderer
+    origin: str = ""  # recordings: the source file
+
+
+@dataclass
+class Plan:
+    utterances: list[PlannedUtterance]
+    dropped: dict[str, Counter[str]] = field(default_factory=dict)  # source -> reason -> count (not planned)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_")
+
+
+def _text_id(speaker: str, text: str) -> str:
+    return f"{speaker}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def plan_corpus(preset: CorpusPreset, seed: int = 0) -> Plan:
+    """Every utterance of the corpus, with its text, speaker, split and output path (nothing is rendered)."""
+    out: list[PlannedUtterance] = []
+    dropped: dict[str, Counter[str]] = {}
+
+    def add(uid: str, text: str, renderer: Renderer, origin: str = "") -> None:
+        split = assign_split(text, seed, preset.val_fraction, preset.test_fraction)
+        path = f"wavs/{renderer.name}/{uid}.wav"
+        lang, name, source = renderer.language, renderer.name, renderer.source
+        out.append(PlannedUtterance(uid, text, lang, name, source, path, split, renderer, origin))
+
+    pools: dict[str, tuple[str, ...]] = {}
+    short = short_utterances(preset.short_pool, seed) if any(q.short for q in preset.voices) else []
+    for quota in preset.voices:
+        spk = quota.speaker
+        if quota.short and spk.language != "en":
+            raise ValueError(f"{spk.name}: the short register is English only (wamerican), got {spk.language}")
+        if spk.language not in pools:
+            pools[spk.language] = sentence_pool(spk.language, seed, preset.en_templates)
+        rng = random.Random(f"{seed}:{spk.name}")
+        pool = pools[spk.language]
+        texts = rng.sample(pool, min(quota.sentences, len(pool)))
+        if quota.short:
+            texts += rng.sample(short, min(quota.short, len(short)))
+        for text in dict.fromkeys(texts):  # a short item may equal a pool sentence; keep one
+            add(_text_id(spk.name, text), text, spk)
+
+    for cfg in preset.asterisk:
+        prompts, why = list_prompts(cfg)
+        dropped.setdefault("asterisk", Counter()).update(why)
+        speaker = RecordedSpeaker(cfg.speaker, "asterisk", cfg.language, needs_ffmpeg=True)
+        for p in prompts:
+            add(f"asterisk-{cfg.language}-{_slug(p.name)}", p.text, speaker, str(p.path))
+
+    if preset.pocketsphinx is not None:
+        for rec in list_recordings(preset.pocketsphinx):
+            speaker = RecordedSpeaker(rec.speaker, "pocketsphinx", "en")
+            add(f"pocketsphinx-en-{_slug(rec.name)}", rec.text, speaker, str(rec.path))
+
+    ids = Counter(u.id for u in out)
+    clashes = [i for i, n in ids.items() if n > 1]
+    if clashes:
+        raise ValueError(f"preset {preset.name!r} plans duplicate ids, e.g. {clashes[:3]}")
+    return Plan(out, dropped)

@@ -1,0 +1,153 @@
+"""Named corpus presets: `tiny` (tests; under a minute on 2 cores) and `base` (hours, for the shipped models).
+
+Each preset is a function returning a frozen `CorpusPreset`, so a test can build every one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from duet.data.plan import CorpusPreset, SpeakerQuota
+from duet.data.sources.asterisk import AsteriskPrompts
+from duet.data.sources.espeak import EspeakSpeaker
+from duet.data.sources.festival import FestivalSpeaker
+from duet.data.sources.pocketsphinx import PocketsphinxTestdata
+
+ASTERISK_EN = AsteriskPrompts()
+ASTERISK_ES = AsteriskPrompts(
+    language="es",
+    speaker="asterisk-allison",  # the same voice actor as the English set (es_MX_f_Allison)
+    sound_dir=Path("/usr/share/asterisk/sounds/es"),
+    transcripts=Path("/usr/share/doc/asterisk-core-sounds-es/core-sounds-es.txt.gz"),
+    packages="asterisk-core-sounds-es asterisk-core-sounds-es-g722",
+)
+ASTERISK_FR = AsteriskPrompts(
+    language="fr",
+    speaker="asterisk-june",
+    sound_dir=Path("/usr/share/asterisk/sounds/fr"),
+    transcripts=Path("/usr/share/doc/asterisk-core-sounds-fr/core-sounds-fr.txt.gz"),
+    packages="asterisk-core-sounds-fr asterisk-core-sounds-fr-g722",
+)
+
+_FESTIVAL_SHORT = {"cmu_us_slt_arctic_hts": "slt", "kal_diphone": "kal", "ked_diphone": "ked"}
+
+
+def festival(voice: str, rate: float = 1.0, semitones: float = 0.0) -> FestivalSpeaker:
+    name = f"festival-{_FESTIVAL_SHORT.get(voice, voice)}"
+    if rate != 1.0 or semitones:
+        name += f"-p{semitones:+g}-r{rate:g}"
+    return FestivalSpeaker(name, voice, rate=rate, semitones=semitones)
+
+
+def espeak(voice: str, variant: str = "", pitch: int = 50, rate: int = 175, language: str = "en") -> EspeakSpeaker:
+    name = f"espeak-{voice}" + (f"-{variant}" if variant else "") + f"-p{pitch}-s{rate}"
+    return EspeakSpeaker(name, voice, variant=variant, pitch=pitch, rate=rate, language=language)
+
+
+def tiny() -> CorpusPreset:
+    """~40 short utterances, 7 speakers, 4 sources, 2 languages: for tests."""
+    return CorpusPreset(
+        name="tiny",
+        voices=(
+            SpeakerQuota(festival("cmu_us_slt_arctic_hts"), sentences=8, short=3),
+            SpeakerQuota(festival("kal_diphone"), sentences=6, short=2),
+            SpeakerQuota(festival("kal_diphone", rate=1.15, semitones=2), sentences=3),
+            SpeakerQuota(espeak("en-us", "f3", pitch=60, rate=165), sentences=6, short=2),
+            SpeakerQuota(espeak("es", language="es"), sentences=4),
+        ),
+        asterisk=(AsteriskPrompts(max_prompts=6),),
+        pocketsphinx=PocketsphinxTestdata(max_items=2),
+        en_templates=50,
+        short_pool=200,
+        val_fraction=0.15,
+        test_fraction=0.15,
+        batch_size=4,
+    )
+
+
+# espeak-ng English speakers for `base`: (voice, variant, pitch, rate). Spread over both accents, male and female
+# variants, and pitch/rate corners, so the models see many voices; each reads a little (Whisper finds them hard).
+_BASE_ESPEAK_EN = (
+    ("en-us", "", 50, 175),
+    ("en-us", "f3", 60, 165),
+    ("en-us", "m3", 45, 180),
+    ("en-us", "klatt", 50, 170),
+    ("en-us", "f1", 65, 160),
+    ("en-us", "m1", 40, 175),
+    ("en-us", "f5", 55, 185),
+    ("en-us", "m7", 35, 160),
+    ("en-us", "Annie", 55, 170),
+    ("en-us", "Andy", 45, 175),
+    ("en-us", "f4", 70, 150),
+    ("en-us", "m2", 50, 195),
+    ("en-gb", "", 50, 175),
+    ("en-gb", "f2", 60, 170),
+    ("en-gb", "m4", 40, 165),
+    ("en-gb", "klatt3", 50, 180),
+    ("en-gb", "f4", 62, 160),
+    ("en-gb", "m5", 45, 185),
+    ("en-gb", "adam", 48, 170),
+    ("en-gb", "Alicia", 58, 165),
+)
+_BASE_ESPEAK_OTHER = (
+    ("es", "", 50, 170),
+    ("es", "f3", 62, 160),
+    ("pt-br", "", 50, 170),
+    ("pt-br", "m3", 45, 165),
+    ("nl", "", 50, 170),
+    ("nl", "f2", 60, 160),
+    ("ky", "", 50, 165),
+)
+
+
+def base() -> CorpusPreset:
+    """About 10 h: Festival slt and kal get the largest share (Whisper understands them, DESIGN §C), 8 Festival
+    rate/pitch variants and 20 espeak-ng English voices add speakers, all usable English Asterisk prompts and the
+    pocketsphinx recordings add real speech, ~10% is other languages (Asterisk es/fr, espeak-ng es/pt-br/nl/ky)
+    and ~10% of the hours are 1-2 word utterances (the short register the tiny models failed on, DESIGN §D).
+
+    Festival renders about 15-25x real time per process, so this takes roughly 15-40 minutes on 2 cores.
+    """
+    slt, kal, ked = "cmu_us_slt_arctic_hts", "kal_diphone", "ked_diphone"
+    variants = (
+        festival(slt, 1.0, 2),
+        festival(slt, 0.9, -2),
+        festival(slt, 1.15, 0),
+        festival(slt, 1.1, 3),
+        festival(kal, 1.1, 2),
+        festival(kal, 0.9, -2),
+        festival(kal, 1.0, 4),
+        festival(ked, 0.9, 2),
+    )
+    voices = (
+        SpeakerQuota(festival(slt), sentences=2200, short=900),
+        SpeakerQuota(festival(kal), sentences=1500, short=600),
+        SpeakerQuota(festival(ked), sentences=500, short=150),
+        *(SpeakerQuota(v, sentences=150, short=50) for v in variants),
+        *(SpeakerQuota(espeak(v, var, p, r), sentences=80, short=25) for v, var, p, r in _BASE_ESPEAK_EN),
+        *(SpeakerQuota(espeak(v, var, p, r, language=v), sentences=60) for v, var, p, r in _BASE_ESPEAK_OTHER),
+    )
+    return CorpusPreset(
+        name="base",
+        voices=voices,
+        asterisk=(ASTERISK_EN, ASTERISK_ES, replace(ASTERISK_FR, max_prompts=300)),
+        pocketsphinx=PocketsphinxTestdata(),
+        en_templates=1500,
+        short_pool=6000,
+        val_fraction=0.02,
+        test_fraction=0.02,
+        batch_size=16,
+    )
+
+
+PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base}
+
+
+def get_preset(name: str) -> CorpusPreset:
+    from duet.errors import DuetError
+
+    if name not in PRESETS:
+        raise DuetError(f"unknown corpus preset {name!r}; choose from {', '.join(PRESETS)}")
+    return PRESETS[name]()

@@ -1,0 +1,102 @@
+"""Split assignment, planning determinism, presets, and the manifest format."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+import pytest
+
+from duet.data.manifest import Utterance, assign_split, read_manifest, split_key, write_manifest
+from duet.data.plan import plan_corpus
+from duet.data.presets import PRESETS, get_preset, tiny
+from duet.errors import DuetError
+
+
+def test_split_key_ignores_case_punctuation_and_spacing():
+    assert split_key("Hello,  World!") == split_key("hello world") == "hello world"
+    assert split_key("Don't stop.") == split_key("don t stop")
+    assert split_key("Ёлка") == split_key("ёлка")
+
+
+def test_assign_split_is_deterministic_and_follows_fractions():
+    texts = [f"sentence number {i}" for i in range(20000)]
+    first = [assign_split(t, 7, 0.05, 0.1) for t in texts]
+    assert first == [assign_split(t, 7, 0.05, 0.1) for t in texts]
+    share = {s: first.count(s) / len(texts) for s in ("train", "val", "test")}
+    # 20k draws: the standard error of a 5-10% share is about 0.2%; allow 5 of them.
+    assert abs(share["test"] - 0.10) < 0.01 and abs(share["val"] - 0.05) < 0.01
+    other_seed = [assign_split(t, 8, 0.05, 0.1) for t in texts]
+    assert other_seed != first  # the seed reshuffles which sentences are held out
+    assert assign_split("Good night.", 7, 0.05, 0.1) == assign_split("good NIGHT", 7, 0.05, 0.1)
+
+
+def test_assign_split_rejects_bad_fractions():
+    with pytest.raises(DuetError):
+        assign_split("x", 0, 0.6, 0.5)
+
+
+def test_plan_is_deterministic_and_split_ignores_speaker():
+    a, b = plan_corpus(tiny(), seed=3), plan_corpus(tiny(), seed=3)
+
+    def rows(plan):
+        return [(u.id, u.text, u.split, u.path) for u in plan.utterances]
+
+    assert rows(a) == rows(b)
+    c = plan_corpus(tiny(), seed=4)
+    assert [u.text for u in a.utterances] != [u.text for u in c.utterances]  # the seed picks other texts
+
+
+def test_base_plan_sends_each_sentence_to_one_split_whoever_reads_it():
+    plan = plan_corpus(get_preset("base"), seed=0)
+    splits, speakers = defaultdict(set), defaultdict(set)
+    for u in plan.utterances:
+        splits[split_key(u.text)].add(u.split)
+        speakers[split_key(u.text)].add(u.speaker)
+    assert all(len(s) == 1 for s in splits.values())
+    assert sum(len(s) > 1 for s in speakers.values()) > 100  # many sentences are read by several speakers
+    assert {u.split for u in plan.utterances} == {"train", "val", "test"}
+
+
+def test_every_preset_plans():
+    for name in PRESETS:
+        plan = plan_corpus(get_preset(name), seed=0)
+        assert len({u.id for u in plan.utterances}) == len(plan.utterances) > 0
+        assert {"festival", "espeak", "asterisk", "pocketsphinx"} <= {u.source for u in plan.utterances}
+    with pytest.raises(DuetError, match="unknown corpus preset"):
+        get_preset("huge")
+
+
+def test_base_plan_shape():
+    plan = plan_corpus(get_preset("base"), seed=0)
+    utts = plan.utterances
+    assert len({u.speaker for u in utts}) >= 40
+    assert {"en", "es", "pt-br", "nl", "ky", "fr"} == {u.language for u in utts}
+    short = sum(len(u.text.split()) <= 2 for u in utts)
+    assert 0.15 < short / len(utts) < 0.4  # ~10% of the hours: short items are ~4x shorter than sentences
+    foreign = sum(u.language != "en" for u in utts)
+    assert 0.05 < foreign / len(utts) < 0.15
+    festival = [u for u in utts if u.speaker in ("festival-slt", "festival-kal")]
+    assert len(festival) > 0.4 * len(utts)
+
+
+def test_short_register_is_english_only():
+    preset = tiny()
+    es = preset.voices[-1]
+    assert es.speaker.language == "es"
+    bad = replace(preset, voices=(replace(es, short=3),))
+    with pytest.raises(ValueError, match="English only"):
+        plan_corpus(bad)
+
+
+def test_manifest_round_trip(tmp_path):
+    utts = [
+        Utterance("a", "Hello.", "en", "s1", "wavs/s1/a.wav", 1.25, "festival", "train"),
+        Utterance("b", "¿Qué tal?", "es", "s2", "wavs/s2/b.wav", 0.5, "espeak", "test"),
+    ]
+    path = write_manifest(tmp_path / "m.jsonl", utts)
+    assert read_manifest(path) == utts
+    assert not (tmp_path / "m.jsonl.tmp").exists()
+    (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')
+    with pytest.raises(DuetError, match="bad.jsonl:1"):
+        read_manifest(tmp_path / "bad.jsonl")

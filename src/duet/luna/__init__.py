@@ -7,4 +7,6 @@
 ``decode``     MaskGIT sampler (cosine schedule, annealed Gumbel selection, top-k, temperature, CFG)
 ``duration``   token-level duration predictor (quantised distribution per text token)
 ``infill``     cloning (visible prompt) and editing (masked span) as infilling; input checks
+``realtime``   Luna-TTS Realtime: block diffusion (two-stream block-causal mask, noise per block), end-of-speech head
+``stream``     Realtime streaming: conditions' KV cache built once, MaskGIT refinement per block, commit, audio out
 """

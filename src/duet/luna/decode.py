@@ -2,7 +2,9 @@
 
 Chang et al. 2022 "MaskGIT" (arXiv:2202.04200) for the cosine schedule and confidence-based selection with annealed
 Gumbel noise; Ho & Salimans 2022 for classifier-free guidance. Pure functions over a ``logits_fn``; no model inside,
-so every branch is tested with fake models (``tests/luna/test_decode.py``).
+so every branch is tested with fake models (``tests/luna/test_decode.py``). One step is exposed on its own
+(``guidance_rows`` -> one forward -> ``guide`` -> ``unmask_step``) so the block-streaming decoder of Luna-TTS Realtime
+(``duet.luna.stream``) refines each block with exactly this logic.
 
 Contract of ``logits_fn(tokens, conditional) -> logits``:
     tokens (B', T, Q) int64, the mask id at cells still to be decided; conditional (B',) bool;
@@ -120,6 +122,55 @@ def sample_tokens(
     return (logits / temperature + _gumbel(logits.shape, generator, logits.device)).argmax(dim=-1)
 
 
+def guidance_rows(batch: int, cfg: DecodeConfig, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The ``conditional`` flags (B',) of one forward call: B trues, then B falses when guiding (cfg_scale != 1)."""
+    conditional = torch.ones(batch, dtype=torch.bool, device=device)
+    if cfg.cfg_scale != 1.0:
+        conditional = torch.cat([conditional, torch.zeros_like(conditional)])  # (2B,)
+    return conditional
+
+
+def guide(logits: torch.Tensor, batch: int, cfg: DecodeConfig) -> torch.Tensor:
+    """Logits (B', ...) of the rows ``guidance_rows`` asked for -> guided float logits (B, ...) (item 1 above)."""
+    logits = logits.float()
+    if cfg.cfg_scale != 1.0:
+        return cfg_combine(logits[:batch], logits[batch:], cfg.cfg_scale)
+    return logits
+
+
+def unmask_step(
+    guided: torch.Tensor,
+    tokens: torch.Tensor,
+    still: torch.Tensor,
+    num_cells: torch.Tensor,
+    step: int,
+    cfg: DecodeConfig,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One MaskGIT step s (items 2-4 of the module docstring) on guided logits.
+
+    guided (B, T, Q, K) float, tokens (B, T, Q), still (B, T, Q) bool = cells masked now and to be generated,
+    num_cells (B,) = N_b cells to generate in all -> (new tokens (B, T, Q), commit (B, T, Q) bool: the cells this step
+    decided). Cells outside ``still`` are never written. Shared by ``maskgit_decode`` and the block-streaming decoder
+    (``duet.luna.stream``), which runs it once per step inside each block.
+    """
+    B, T, Q = tokens.shape
+    S = cfg.steps
+    sampled = sample_tokens(guided, cfg.temperature, cfg.top_k, generator)  # (B, T, Q)
+    logp = guided.log_softmax(dim=-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)  # (B, T, Q)
+    noise = gumbel_scale(step, S, cfg.gumbel_temperature)
+    confidence = logp + noise * _gumbel(logp.shape, generator, logp.device) if noise > 0 else logp
+    # Finite for every cell still masked (so none can rank below a decided one), -inf for the rest.
+    confidence = confidence.clamp(min=-1e30).masked_fill(~still, float("-inf")).flatten(1)  # (B, N)
+
+    n_commit = still.flatten(1).sum(dim=1) - masked_after_step(num_cells, step, S)  # (B,)
+    order = confidence.argsort(dim=1, descending=True, stable=True)  # (B, N)
+    arange = torch.arange(order.shape[1], device=order.device).expand_as(order)  # (B, N)
+    rank = torch.empty_like(order).scatter_(1, order, arange)  # rank[b, j] = place of cell j in the order
+    commit = (rank < n_commit[:, None]).view(B, T, Q) & still  # (B, T, Q)
+    return torch.where(commit, sampled, tokens), commit
+
+
 def maskgit_decode(
     logits_fn: LogitsFn,
     tokens: torch.Tensor,
@@ -144,32 +195,14 @@ def maskgit_decode(
     commit_step = torch.zeros_like(tokens)
     if int(num_cells.sum()) == 0:
         return DecodeResult(tokens, commit_step)
-    guided_pass = cfg.cfg_scale != 1.0
-    conditional = torch.ones(B, dtype=torch.bool, device=tokens.device)
-    if guided_pass:
-        conditional = torch.cat([conditional, torch.zeros_like(conditional)])  # (2B,)
+    conditional = guidance_rows(B, cfg, tokens.device)  # (B',)
+    repeat = conditional.shape[0] // B
 
     still = to_generate.clone()  # (B, T, Q) cells masked now
-    S = cfg.steps
-    for s in range(1, S + 1):
-        model_in = torch.cat([tokens, tokens]) if guided_pass else tokens  # (B', T, Q)
-        logits = logits_fn(model_in, conditional).float()  # (B', T, Q, K)
-        if guided_pass:
-            logits = cfg_combine(logits[:B], logits[B:], cfg.cfg_scale)  # (B, T, Q, K)
-        sampled = sample_tokens(logits, cfg.temperature, cfg.top_k, generator)  # (B, T, Q)
-        logp = logits.log_softmax(dim=-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)  # (B, T, Q)
-        noise = gumbel_scale(s, S, cfg.gumbel_temperature)
-        confidence = logp + noise * _gumbel(logp.shape, generator, logp.device) if noise > 0 else logp
-        # Finite for every cell still masked (so none can rank below a decided one), -inf for the rest.
-        confidence = confidence.clamp(min=-1e30).masked_fill(~still, float("-inf")).flatten(1)  # (B, N)
-
-        n_commit = still.flatten(1).sum(dim=1) - masked_after_step(num_cells, s, S)  # (B,)
-        order = confidence.argsort(dim=1, descending=True, stable=True)  # (B, N)
-        arange = torch.arange(order.shape[1], device=order.device).expand_as(order)  # (B, N)
-        rank = torch.empty_like(order).scatter_(1, order, arange)  # rank[b, j] = place of cell j in the order
-        commit = (rank < n_commit[:, None]).view(B, T, Q) & still  # (B, T, Q)
-
-        tokens = torch.where(commit, sampled, tokens)
+    for s in range(1, cfg.steps + 1):
+        model_in = tokens.repeat(repeat, 1, 1)  # (B', T, Q)
+        guided = guide(logits_fn(model_in, conditional), B, cfg)  # (B, T, Q, K)
+        tokens, commit = unmask_step(guided, tokens, still, num_cells, s, cfg, generator)
         commit_step = commit_step.masked_fill(commit, s)
         still = still & ~commit
     return DecodeResult(tokens, commit_step)

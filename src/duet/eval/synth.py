@@ -1,0 +1,282 @@
+"""What ``duet eval run`` evaluates: a small synthesiser protocol, the built-in systems, and a registry by name.
+
+A synthesiser turns test items (:class:`duet.eval.testset.TestItem`: target text, optional prompt wav and text,
+optional ground-truth wav) into :class:`Synthesis` results: audio plus whatever it knows about how it got there
+(wall time, time to first audio, frames, whether it stopped or hit its length bound, per-frame probes).
+
+Built in, by ``--model`` spec:
+- ``ground-truth``: the set's ``gt_wav`` itself, the ceiling every other row of a comparison is read against;
+- ``codec:NAME_OR_DIR``: resynthesis through a codec of :func:`duet.codecs.load` (encode the ground truth, decode
+  it); PESQ-WB, STOI and MCD then compare the reconstruction with the original;
+- ``mock``: the serving engine's weightless mock model (``duet.serve.mock``: uniform logits, scripted stop, a sine
+  for audio), run through :class:`EngineSynthesizer` exactly as a real model would be. Its numbers are meaningless;
+  it exists to check the pipeline (batching, time to first audio, runaway detection) without weights.
+
+Gepard and Luna plug in through :func:`register_synthesizer` once their shipped checkpoints exist; a serving
+adapter (``duet.serve.adapter.ModelAdapter``) becomes a synthesiser with ``EngineSynthesizer(adapter)``.
+
+Shape legend: B batch, S samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from duet.errors import DuetError
+from duet.eval.testset import TestItem
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """One synthesised utterance. Every field but ``audio`` and ``sample_rate`` is optional knowledge."""
+
+    audio: np.ndarray  # (S,) float32 mono
+    sample_rate: int
+    wall_s: float | None = None  # compute time charged to this utterance; None = nothing was synthesised
+    ttfa_s: float | None = None  # request -> first audio chunk; None = not streamed
+    frames: int | None = None
+    frame_bound: int | None = None  # the most frames it was allowed
+    ended: str | None = None  # "stop" (model decided) | "bound" (hit frame_bound: a runaway) | None = unknown
+    frame_rate: float | None = None
+    stop_prob: list[float] | None = None  # per stop decision (Gepard probes: frames + 1 entries)
+    entropy: list[list[float]] | None = None  # per stop decision, per channel, nats
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    """Options every factory receives; a factory ignores those that do not apply to it."""
+
+    batch_size: int = 8
+    device: str = "cpu"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise DuetError(f"batch size must be at least 1, got {self.batch_size}")
+
+
+class Synthesizer(Protocol):
+    name: str  # what reports call the system
+    batch_size: int  # items per synthesize() call (1 = one at a time)
+    reconstructs_reference: bool  # output should equal gt_wav sample for sample -> PESQ / STOI / MCD apply
+
+    def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
+        """One result per item, in order. Raises DuetError when it cannot do one of them."""
+        ...
+
+
+def item_seed(seed: int, utt: str) -> int:
+    """A per-utterance seed: the same utterance gets the same sample whatever batch it lands in."""
+    return int.from_bytes(hashlib.sha256(f"{seed}\x00{utt}".encode()).digest()[:8], "big") >> 2
+
+
+class GroundTruth:
+    """The recording itself (``gt_wav``): reading a file costs no synthesis time, so RTF and TTFA stay empty."""
+
+    name = "ground-truth"
+    reconstructs_reference = False  # comparing the reference with itself would be trivially perfect
+
+    def __init__(self, options: SynthOptions = SynthOptions()):
+        self.batch_size = options.batch_size
+
+    def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
+        from duet.audio import load_audio
+
+        out = []
+        for item in items:
+            if item.gt_wav is None:
+                raise DuetError(f"utt {item.utt!r} has no gt_wav (the 5th meta.lst field)")
+            audio, sr = load_audio(item.gt_wav)
+            out.append(Synthesis(audio=audio, sample_rate=sr))
+        return out
+
+
+class CodecResynthesis:
+    """Encode the ground truth with a codec and decode it again, a batch at a time (padded, lengths kept)."""
+
+    reconstructs_reference = True
+
+    def __init__(self, codec: Any, name: str, options: SynthOptions = SynthOptions()):
+        self.codec = codec
+        self.name = name
+        self.batch_size = options.batch_size
+        self.device = options.device
+
+    def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
+        import torch
+
+        from duet.audio import load_audio
+
+        sr = int(self.codec.sample_rate)
+        clips = []
+        for item in items:
+            if item.gt_wav is None:
+                raise DuetError(f"utt {item.utt!r} has no gt_wav to resynthesise")
+            clips.append(load_audio(item.gt_wav, sample_rate=sr)[0])
+        lengths = torch.tensor([len(c) for c in clips])
+        batch = torch.zeros(len(clips), int(lengths.max()))  # (B, S)
+        for i, c in enumerate(clips):
+            batch[i, : len(c)] = torch.from_numpy(c)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            enc = self.codec.encode(batch.to(self.device), lengths.to(self.device))
+            dec = self.codec.decode(enc.codes, enc.lengths)
+        wall = time.perf_counter() - start
+        audio = dec.audio.float().cpu().numpy()  # (B, S')
+        total = float(lengths.sum())
+        out = []
+        for i, n in enumerate(lengths.tolist()):
+            # The codec pads to whole frames; keep the input's length so sample-aligned metrics line up.
+            n_out = min(n, int(dec.lengths[i]), audio.shape[1])
+            out.append(Synthesis(audio=audio[i, :n_out].copy(), sample_rate=sr, wall_s=wall * n / total,
+                                 frames=int(enc.lengths[i]), frame_rate=float(self.codec.frame_rate)))
+        return out
+
+
+class EngineSynthesizer:
+    """Any serving adapter (``duet.serve.adapter.ModelAdapter``) driven through the continuous-batching engine.
+
+    A batch is submitted at once and its requests run side by side, so ``ttfa_s`` is measured under that load
+    (submit -> first audio chunk, stamped by the engine) and ``wall_s`` is the batch's wall time shared out by
+    audio length.
+    ``ended`` is the engine's finish reason: "stop" or "bound" (the request ran into its frame bound).
+    """
+
+    reconstructs_reference = False
+
+    def __init__(self, adapter: Any, options: SynthOptions = SynthOptions(), params: Any = None,
+                 timeout_s: float = 600.0):
+        from duet.serve.engine import Engine, EngineConfig
+        from duet.serve.sampling import SamplingParams
+        from duet.serve.scheduler import SchedulerConfig
+
+        self.adapter = adapter
+        self.name = adapter.name
+        self.batch_size = options.batch_size
+        self.seed = options.seed
+        self.params = params or SamplingParams()
+        self.timeout_s = timeout_s
+        self.engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=options.batch_size,
+                                                                              max_waiting=options.batch_size)))
+
+    def _request(self, item: TestItem):
+        from dataclasses import replace
+
+        from duet.audio import load_audio
+        from duet.serve.adapter import SynthesisRequest
+
+        reference = None
+        if item.prompt_wav is not None and self.adapter.supports_cloning:
+            reference = load_audio(item.prompt_wav, sample_rate=self.adapter.codec.sample_rate)[0]
+        params = replace(self.params, seed=item_seed(self.seed, item.utt))
+        return SynthesisRequest(text=item.target_text, reference=reference, params=params)
+
+    def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
+        from duet.serve.errors import GenerationFailed
+
+        requests = [self._request(it) for it in items]
+        bounds = [r.params.max_frames or self.adapter.frame_bound(r) for r in requests]
+        if not self.engine.alive:
+            self.engine.start()
+        start = time.perf_counter()
+        handles = [self.engine.submit(r) for r in requests]  # InvalidRequest / QueueFull are DuetErrors
+        collected = []
+        for item, handle in zip(items, handles, strict=True):
+            try:
+                collected.append(handle.collect(timeout=self.timeout_s))
+            except GenerationFailed as err:
+                for h in handles:
+                    h.cancel()
+                raise DuetError(f"utt {item.utt!r}: generation failed: {err}") from err
+            except TimeoutError as err:
+                for h in handles:
+                    h.cancel()
+                raise DuetError(f"utt {item.utt!r}: no audio within {self.timeout_s} s") from err
+        wall = time.perf_counter() - start
+        total = sum(len(a) for a, _ in collected) or 1
+        sr = int(self.adapter.codec.sample_rate)
+        out = []
+        for item, bound, handle, (audio, finish) in zip(items, bounds, handles, collected, strict=True):
+            if finish.reason not in ("stop", "bound"):
+                raise DuetError(f"utt {item.utt!r}: the engine ended the request with {finish.reason!r}")
+            if len(audio) == 0:
+                raise DuetError(f"utt {item.utt!r}: the model produced no audio")
+            # The engine stamps the first chunk on its own thread, so TTFA does not depend on our draining order.
+            ttfa = None if handle.first_audio_at is None else handle.first_audio_at - handle.submitted_at
+            out.append(Synthesis(audio=audio.astype(np.float32), sample_rate=sr, wall_s=wall * len(audio) / total,
+                                 ttfa_s=ttfa, frames=finish.frames, frame_bound=bound, ended=finish.reason,
+                                 frame_rate=float(self.adapter.codec.frame_rate)))
+        return out
+
+    def close(self) -> None:
+        self.engine.stop()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Registry: ``--model NAME`` or ``--model NAME:ARG``
+
+SynthFactory = Callable[[str | None, SynthOptions], Synthesizer]
+
+
+def _ground_truth(arg: str | None, options: SynthOptions) -> Synthesizer:
+    if arg:
+        raise DuetError(f"ground-truth takes no argument, got {arg!r}")
+    return GroundTruth(options)
+
+
+def _codec(arg: str | None, options: SynthOptions) -> Synthesizer:
+    if not arg:
+        raise DuetError("codec resynthesis needs a codec: --model codec:NAME or codec:DIR (e.g. codec:duet-fsq)")
+    try:
+        from duet.codecs import load
+    except ImportError as err:
+        raise DuetError(f"the codec registry is not available ({err}); cannot resynthesise with {arg!r}") from err
+    from pathlib import Path
+
+    codec = load(arg, options.device)
+    name = f"codec:{Path(arg).name if Path(arg).is_dir() else arg}"
+    return CodecResynthesis(codec, name, options)
+
+
+def _mock(arg: str | None, options: SynthOptions) -> Synthesizer:
+    from duet.serve.mock import MockAdapter
+
+    if arg:
+        raise DuetError(f"mock takes no argument, got {arg!r}")
+    return EngineSynthesizer(MockAdapter(), options)
+
+
+_REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock}
+_ALIASES = {"gt": "ground-truth"}
+
+
+def register_synthesizer(name: str, factory: SynthFactory) -> None:
+    """Make ``--model name[:arg]`` build ``factory(arg, options)`` (Gepard and Luna register here)."""
+    if not name or ":" in name:
+        raise DuetError(f"a model name must be non-empty and hold no ':', got {name!r}")
+    _REGISTRY[name] = factory
+
+
+def known_models() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def load_synthesizer(spec: str, options: SynthOptions = SynthOptions()) -> Synthesizer:
+    """``"ground-truth"``, ``"codec:duet-fsq"``, ``"mock"``, or a name given to :func:`register_synthesizer`."""
+    name, _, arg = spec.partition(":")
+    name = _ALIASES.get(name, name)
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise DuetError(f"unknown model {spec!r}; known: {', '.join(known_models())} "
+                        "(Gepard and Luna register here once their checkpoints ship)")
+    return factory(arg or None, options)

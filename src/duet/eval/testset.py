@@ -1,0 +1,252 @@
+"""Seed-TTS-eval test sets: the ``meta.lst`` format, a tolerant reader, and builders from duet's corpus.
+
+One line per utterance, fields separated by ``|``::
+
+    utt|prompt_text|prompt_wav|target_text[|gt_wav]
+
+``utt`` names the output file (``<utt>.wav``); ``prompt_wav`` and ``gt_wav`` are paths, relative to the directory
+of ``meta.lst`` unless absolute; ``target_text`` is what the system must say in the prompt's voice. This is the
+layout of Seed-TTS-eval's ``test-en/meta.lst`` (4 fields) and its reconstruction lists (5 fields). We also accept an
+empty ``prompt_text`` and ``prompt_wav`` together (no prompt: a system speaks in its default voice).
+
+A bad line never stops a run: it becomes a :class:`Problem` carrying its line number, the line is skipped, and the
+report counts it. Bad means: not 4 or 5 fields, an ``utt`` that cannot be a file name or repeats an earlier one, an
+empty target text, half a prompt, or a wav path that does not exist. An existing file that turns out to be
+unreadable is found when it is read (synthesis or scoring) and reported with the same line number.
+
+Builders (``duet eval build-set``) turn the corpus manifest (:mod:`duet.data.manifest`) into such sets:
+- ``clone``: every target of the split with more than ``max_short_words`` words, each paired with a prompt read by
+  the same speaker (another sentence; from the same split where one exists, else from any split);
+- ``short``: the short register (Gepard §3.3 / DESIGN.md §A): targets of 1-2 words, same pairing. 1-2 word inputs
+  are where AR TTS runs away, stops late or skips words, so they get a set of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from duet.errors import DuetError
+
+_BAD_UTT = re.compile(r"[/\\\x00-\x1f]")
+MAX_UTT_CHARS = 200
+
+
+@dataclass(frozen=True)
+class TestItem:
+    __test__ = False  # a data class, not a pytest test class
+
+    utt: str
+    prompt_text: str  # "" = no prompt
+    prompt_wav: Path | None  # resolved against meta.lst's directory
+    target_text: str
+    gt_wav: Path | None
+    line: int  # 1-based line number in meta.lst, for error messages
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that made an utterance drop out, with where it happened."""
+
+    line: int | None  # meta.lst line; None for problems not tied to one line
+    utt: str | None
+    stage: str  # "parse" | "synthesis" | "scoring"
+    message: str
+
+    def describe(self, source: str = "meta.lst") -> str:
+        where = f"{source}:{self.line}" if self.line is not None else source
+        return f"{where}: {self.stage}: {self.message}"
+
+
+@dataclass(frozen=True)
+class TestSet:
+    __test__ = False
+
+    path: Path  # the meta.lst file
+    items: tuple[TestItem, ...]
+    problems: tuple[Problem, ...] = ()
+    lines: int = 0  # non-blank lines read
+
+    @property
+    def name(self) -> str:
+        """A set is named by its directory (Seed-TTS-eval's ``test-en/meta.lst`` is "test-en")."""
+        return self.path.parent.name or self.path.stem
+
+
+def _resolve(base: Path, value: str) -> Path:
+    p = Path(value)
+    return p if p.is_absolute() else base / p
+
+
+def _parse_line(text: str, lineno: int, base: Path, seen: set[str], check_files: bool) -> TestItem:
+    """One ``meta.lst`` line -> a TestItem, or DuetError saying what is wrong with it."""
+    fields = text.split("|")
+    if len(fields) not in (4, 5):
+        raise DuetError(f"expected 4 or 5 '|'-separated fields (utt|prompt_text|prompt_wav|target_text[|gt_wav]), "
+                        f"got {len(fields)}")
+    utt, prompt_text, prompt_wav, target_text = (f.strip() for f in fields[:4])
+    gt_wav = fields[4].strip() if len(fields) == 5 else ""
+    if not utt or utt in (".", "..") or _BAD_UTT.search(utt) or len(utt) > MAX_UTT_CHARS:
+        raise DuetError(f"utt {utt!r} cannot be a file name")
+    if utt in seen:
+        raise DuetError(f"utt {utt!r} repeats an earlier line")
+    if not target_text:
+        raise DuetError(f"utt {utt!r} has an empty target text")
+    if bool(prompt_text) != bool(prompt_wav):
+        raise DuetError(f"utt {utt!r} has a prompt {'text' if prompt_text else 'wav'} but no prompt "
+                        f"{'wav' if prompt_text else 'text'}")
+    prompt_path = _resolve(base, prompt_wav) if prompt_wav else None
+    gt_path = _resolve(base, gt_wav) if gt_wav else None
+    if check_files:
+        for what, path in (("prompt wav", prompt_path), ("gt wav", gt_path)):
+            if path is not None and not path.is_file():
+                raise DuetError(f"{what} is missing: {path}")
+    return TestItem(utt, prompt_text, prompt_path, target_text, gt_path, lineno)
+
+
+def read_meta(path: str | Path, check_files: bool = True) -> TestSet:
+    """Read a ``meta.lst`` (or a directory holding one); bad lines become problems, never exceptions."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "meta.lst"
+    if not path.is_file():
+        raise DuetError(f"test set not found: {path}")
+    base = path.parent
+    items: list[TestItem] = []
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    lines = 0
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DuetError(f"{path} is not UTF-8 text: {err}") from err
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        lines += 1
+        try:
+            item = _parse_line(line, lineno, base, seen, check_files)
+        except DuetError as err:
+            utt = line.split("|", 1)[0].strip() or None
+            problems.append(Problem(lineno, utt, "parse", str(err)))
+            continue
+        seen.add(item.utt)
+        items.append(item)
+    return TestSet(path, tuple(items), tuple(problems), lines)
+
+
+def format_line(item: TestItem, base: Path) -> str:
+    """A TestItem as one ``meta.lst`` line, paths relative to ``base`` (the directory of the meta.lst)."""
+
+    def rel(p: Path | None) -> str:
+        return "" if p is None else os.path.relpath(Path(p).resolve(), base.resolve())
+
+    for value in (item.utt, item.prompt_text, item.target_text):
+        if "|" in value or "\n" in value:
+            raise DuetError(f"{value!r} contains '|' or a newline, which meta.lst cannot hold")
+    fields = [item.utt, item.prompt_text, rel(item.prompt_wav), item.target_text]
+    if item.gt_wav is not None:
+        fields.append(rel(item.gt_wav))
+    return "|".join(fields)
+
+
+def write_meta(path: str | Path, items: list[TestItem]) -> Path:
+    """Write ``meta.lst`` atomically, paths relative to its directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(format_line(it, path.parent) + "\n" for it in items), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building sets from the corpus
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    kind: Literal["clone", "short"] = "clone"
+    split: str = "test"
+    language: str = "en"  # the bundled ASR is English Whisper; other languages would measure the ASR
+    max_short_words: int = 2  # short register: 1..max_short_words words; clone: more than that
+    min_prompt_s: float = 2.0
+    max_prompt_s: float = 10.0
+    min_prompt_words: int = 3
+    limit: int | None = None  # keep the first N targets (manifest order)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("clone", "short"):
+            raise DuetError(f"set kind must be 'clone' or 'short', got {self.kind!r}")
+        if not 0 < self.min_prompt_s <= self.max_prompt_s:
+            raise DuetError(f"need 0 < min_prompt_s <= max_prompt_s, got {self.min_prompt_s}, {self.max_prompt_s}")
+        if self.limit is not None and self.limit < 1:
+            raise DuetError(f"limit must be at least 1, got {self.limit}")
+
+
+@dataclass(frozen=True)
+class BuiltSet:
+    path: Path  # meta.lst
+    items: int
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> targets left out
+
+
+def _words(text: str) -> int:
+    from duet.eval.wer import normalize_text
+
+    return len(normalize_text(text).split())
+
+
+def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = BuildConfig()) -> BuiltSet:
+    """Write ``out_dir/meta.lst`` (5 fields: gt_wav is the target's own recording) from a corpus manifest.
+
+    Prompt choice is deterministic: candidates are sorted by id and one is drawn with a generator seeded by
+    (seed, target id), so adding utterances to the corpus does not reshuffle the prompts of existing targets.
+    """
+    from duet.data.manifest import audio_path, read_manifest, split_key
+
+    entries = read_manifest(manifest)
+    if not any(e.split == config.split for e in entries):
+        raise DuetError(f"{manifest} has no entries in split {config.split!r}")
+    lang = [e for e in entries if e.language == config.language]
+    by_speaker = defaultdict(list)
+    for e in sorted(lang, key=lambda e: e.id):
+        n = _words(e.text)
+        if config.min_prompt_s <= e.duration <= config.max_prompt_s and n >= config.min_prompt_words:
+            by_speaker[e.speaker].append(e)
+
+    skipped: Counter[str] = Counter()
+    items: list[TestItem] = []
+    for target in (e for e in lang if e.split == config.split):
+        n = _words(target.text)
+        is_short = 1 <= n <= config.max_short_words
+        if n == 0 or is_short != (config.kind == "short"):
+            continue
+        if any(c in target.text for c in "|\n"):
+            skipped["text holds '|' or a newline"] += 1
+            continue
+        key = split_key(target.text)
+        candidates = [p for p in by_speaker[target.speaker] if p.id != target.id and split_key(p.text) != key
+                      and "|" not in p.text]
+        same_split = [p for p in candidates if p.split == target.split]
+        pool = same_split or candidates
+        if not pool:
+            skipped["no prompt by the same speaker"] += 1
+            continue
+        prompt = random.Random(f"{config.seed}\x00{target.id}").choice(pool)
+        items.append(TestItem(utt=target.id, prompt_text=prompt.text, prompt_wav=audio_path(manifest, prompt),
+                              target_text=target.text, gt_wav=audio_path(manifest, target), line=len(items) + 1))
+        if config.limit is not None and len(items) >= config.limit:
+            break
+    if not items:
+        raise DuetError(f"no {config.kind} targets in split {config.split!r} of {manifest} "
+                        f"(language {config.language!r})")
+    out_dir = Path(out_dir)
+    path = write_meta(out_dir / "meta.lst", items)
+    return BuiltSet(path, len(items), dict(skipped))

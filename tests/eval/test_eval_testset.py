@@ -1,0 +1,117 @@
+"""meta.lst: parsing with bad lines (each reported with its line number), round trip, and set building."""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from duet.errors import DuetError
+from duet.eval.testset import BuildConfig, TestItem, build_set, read_meta, write_meta
+
+
+def _wav(path, seconds=0.5, sr=16_000):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = np.arange(int(seconds * sr)) / sr
+    sf.write(str(path), 0.3 * np.sin(2 * np.pi * 220 * t), sr)
+    return path
+
+
+def test_bad_lines_are_reported_with_line_numbers_and_skipped(tmp_path):
+    _wav(tmp_path / "p.wav")
+    _wav(tmp_path / "wavs" / "g.wav")
+    (tmp_path / "meta.lst").write_text(
+        "\n".join([
+            "u1|hello there|p.wav|good morning",  # 1: fine, 4 fields
+            "u2|hello there|p.wav|good evening|wavs/g.wav",  # 2: fine, 5 fields
+            "u3|only three|p.wav",  # 3: too few fields
+            "",  # blank: ignored, not a problem
+            "u1|hello there|p.wav|again",  # 5: repeated utt
+            "../evil|hello|p.wav|escape",  # 6: not a file name
+            "u4|hello there|p.wav|   ",  # 7: empty target
+            "u5|hello there||half a prompt",  # 8: prompt text without wav
+            "u6|hello there|missing.wav|no prompt file",  # 9: missing wav
+            "u7|hello there|p.wav|no gt file|wavs/nope.wav",  # 10: missing gt wav
+            "u8|||no prompt at all",  # 11: fine: no prompt
+            "a|b|c|d|e|f",  # 12: too many fields
+        ]) + "\n", encoding="utf-8")
+    ts = read_meta(tmp_path)  # a directory holding meta.lst is accepted too
+    assert [it.utt for it in ts.items] == ["u1", "u2", "u8"]
+    assert [it.line for it in ts.items] == [1, 2, 11]
+    assert {p.line: p.stage for p in ts.problems} == {n: "parse" for n in (3, 5, 6, 7, 8, 9, 10, 12)}
+    msgs = {p.line: p.message for p in ts.problems}
+    assert "got 3" in msgs[3] and "repeats" in msgs[5] and "file name" in msgs[6] and "empty target" in msgs[7]
+    assert "no prompt wav" in msgs[8] and "prompt wav is missing" in msgs[9] and "gt wav is missing" in msgs[10]
+    assert ts.lines == 11 and ts.name == tmp_path.name
+    u2 = ts.items[1]
+    assert u2.prompt_wav == tmp_path / "p.wav" and u2.gt_wav == tmp_path / "wavs" / "g.wav"
+    assert ts.items[2].prompt_wav is None and ts.items[2].prompt_text == ""
+    assert ts.problems[0].describe() == "meta.lst:3: parse: " + msgs[3]
+
+
+def test_missing_meta_lst_is_one_error(tmp_path):
+    with pytest.raises(DuetError, match="test set not found"):
+        read_meta(tmp_path / "nope.lst")
+
+
+def test_write_then_read_round_trip_with_relative_paths(tmp_path):
+    p, g = _wav(tmp_path / "audio" / "p.wav"), _wav(tmp_path / "audio" / "g.wav")
+    items = [TestItem("a", "prompt words here", p, "target one", g, 1),
+             TestItem("b", "", None, "target two", None, 2)]
+    path = write_meta(tmp_path / "set" / "meta.lst", items)
+    assert path.read_text().splitlines()[0] == "a|prompt words here|../audio/p.wav|target one|../audio/g.wav"
+    back = read_meta(path)
+    assert not back.problems
+    assert [(i.utt, i.prompt_text, i.target_text) for i in back.items] == [(i.utt, i.prompt_text, i.target_text)
+                                                                          for i in items]
+    assert back.items[0].prompt_wav.resolve() == p.resolve() and back.items[0].gt_wav.resolve() == g.resolve()
+    with pytest.raises(DuetError, match="cannot hold"):
+        write_meta(tmp_path / "x.lst", [TestItem("c", "", None, "a|b", None, 1)])
+
+
+def _corpus(tmp_path):
+    rows = []
+
+    def add(i, text, speaker, split, duration=3.0):
+        path = f"wavs/{speaker}/u{i}.wav"
+        _wav(tmp_path / path, 0.2)
+        rows.append({"id": f"u{i}", "text": text, "language": "en", "speaker": speaker, "path": path,
+                     "duration": duration, "source": "festival", "split": split})
+
+    add(0, "The first test sentence here.", "kal", "test")
+    add(1, "Another test sentence for kal.", "kal", "test")
+    add(2, "Hello.", "kal", "test")  # short register
+    add(3, "Good morning!", "kal", "test")  # short register (2 words)
+    add(4, "A long training sentence for kal.", "kal", "train")
+    add(5, "The only test sentence of slt.", "slt", "test")
+    add(6, "A training sentence of slt here.", "slt", "train")
+    add(7, "Too short a prompt.", "slt", "train", duration=1.0)  # below min_prompt_s
+    add(8, "Nobody else speaks like me.", "lonely", "test")  # no prompt by the same speaker
+    rows.append({**rows[0], "id": "fr0", "language": "fr", "speaker": "kal"})  # other language: ignored
+    m = tmp_path / "manifest.jsonl"
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return m
+
+
+def test_build_clone_and_short_sets(tmp_path):
+    m = _corpus(tmp_path)
+    clone = build_set(m, tmp_path / "clone", BuildConfig(kind="clone"))
+    assert clone.items == 3 and clone.skipped == {"no prompt by the same speaker": 1}
+    items = {it.utt: it for it in read_meta(clone.path).items}
+    assert set(items) == {"u0", "u1", "u5"}
+    # same speaker, another sentence; from the test split when there is one (u0 <-> u1), else any split (u5 <- u6)
+    assert items["u0"].prompt_wav.name == "u1.wav" and items["u1"].prompt_wav.name == "u0.wav"
+    assert items["u5"].prompt_wav.name == "u6.wav" and items["u5"].prompt_text == "A training sentence of slt here."
+    assert items["u0"].gt_wav.name == "u0.wav"
+
+    short = build_set(m, tmp_path / "short", BuildConfig(kind="short"))
+    s_items = read_meta(short.path).items
+    assert [it.utt for it in s_items] == ["u2", "u3"]
+    assert all(it.prompt_wav.parent.name == "kal" and it.prompt_wav.name in ("u0.wav", "u1.wav") for it in s_items)
+    # deterministic: building again gives the same file
+    again = build_set(m, tmp_path / "short2", BuildConfig(kind="short"))
+    assert again.path.read_text() == short.path.read_text()
+    with pytest.raises(DuetError, match="no entries in split 'dev'"):
+        build_set(m, tmp_path / "x", BuildConfig(split="dev"))
+    with pytest.raises(DuetError, match="kind"):
+        BuildConfig(kind="long")

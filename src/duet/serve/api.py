@@ -1,5 +1,6 @@
 """OpenAI-compatible HTTP API over the engine: ``POST /v1/audio/speech``, ``GET /v1/models``, ``GET /health``,
-``GET /metrics`` (Prometheus text) and ``GET /v1/audio/voices`` (duet: built-in speakers and cloning support).
+``GET /metrics`` (Prometheus text), ``GET /v1/audio/voices`` (duet: built-in speakers and cloning support) and the
+web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download the WAV).
 
 Request fields and the SSE event shapes are in ``schemas.py``; byte encodings in ``audio_io.py``.
 Every error is OpenAI's JSON shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 404 unknown
@@ -42,10 +43,12 @@ from duet.serve.metrics import Metrics
 from duet.serve.sampling import SamplingParams
 from duet.serve.schemas import (RESPONSE_FORMATS, STREAMABLE_FORMATS, SpeechRequest, audio_delta, audio_done,
                                 error_body, sse)
+from duet.serve.web import ROUTES as WEB_ROUTES
+from duet.serve.web import add_page
 
 log = logging.getLogger("duet.serve")
 
-ROUTES = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/health", "/metrics")
+ROUTES = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/health", "/metrics", *WEB_ROUTES)
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "stop_threshold", "max_frames", "seed")
 
 
@@ -59,6 +62,7 @@ class ServeConfig:
     max_reference_seconds: float = 30.0
     model_aliases: tuple[str, ...] = ()  # more names accepted for the served model (e.g. "tts-1")
     disconnect_poll_s: float = 0.2  # how often a request waiting for its first audio checks its client
+    web_page: bool = True  # serve the page at / (duet.serve.web)
 
 
 class ApiError(Exception):
@@ -170,6 +174,9 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.render(engine.stats()), media_type="text/plain; version=0.0.4")
+
+    if config.web_page:
+        add_page(app)
 
     # --- speech -------------------------------------------------------------------------------------------------
 

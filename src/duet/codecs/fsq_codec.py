@@ -1,0 +1,180 @@
+"""duet-fsq: a NanoCodec-shaped codec trained on duet's own corpus, so Gepard's tokens can be spoken without NeMo.
+
+Shape legend: B batch, S samples, F STFT sub-frames (``hop`` apart), T codec frames (``samples_per_frame`` apart),
+C FSQ channels (32), G packed groups (8), D width, M mel bins.
+
+Same interface numbers as NVIDIA NanoCodec 22 kHz (DESIGN §A): 22,050 Hz, 1024 samples per frame (21.53 frames/s),
+a 32-channel latent quantised by GroupFSQ 8 x [8, 7, 6, 6] -> 8 packed tokens of 2016 per frame (1.89 kbps).
+The network differs from NanoCodec's (a HiFi-GAN-style waveform decoder, far too slow to train on 2 CPU cores):
+
+  encoder: log-mel (B, M, F) -> conv -> ConvNeXt at the sub-frame rate -> 4 sub-frames side by side -> ConvNeXt at
+           the frame rate -> C = 32 -> GroupFSQ
+  decoder: dequantised (B, C, T) -> conv -> ConvNeXt at the frame rate -> split each frame into 4 sub-frames ->
+           ConvNeXt at the sub-frame rate -> Vocos iSTFT head (log-magnitude + phase, "same" layout)
+
+which is the probe of DESIGN §D scaled up. Both halves are non-causal with a finite receptive field; chunked
+decoding (``stream_decoder``) re-decodes each chunk with ``decoder_context`` frames on both sides and equals the
+full decode up to float rounding (``duet.codecs.streaming``). Its latency is ``decoder_context[1]`` frames.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from duet.codecs.base import DecodeResult, EncodeResult
+from duet.codecs.fsq import FSQConfig, GroupFSQ
+from duet.codecs.inputs import check_codes, frame_lengths, prepare_audio
+from duet.codecs.modules import (ConvNeXtStack, ISTFTHead, LogMel, PaddedConv1d, depth_to_space,
+                                 space_to_depth)
+from duet.codecs.streaming import ContextStreamDecoder
+
+
+@dataclass(frozen=True)
+class FSQCodecConfig:
+    sample_rate: int = 22_050
+    samples_per_frame: int = 1024  # NanoCodec's hop: 21.53 frames/s
+    n_fft: int = 1024  # analysis (mel) and synthesis (iSTFT) window
+    hop: int = 256  # STFT hop: samples_per_frame // hop = 4 sub-frames per codec frame
+    n_mels: int = 80
+    enc_sub_dim: int = 128
+    enc_sub_blocks: int = 2
+    enc_dim: int = 256
+    enc_blocks: int = 4
+    dec_dim: int = 384
+    dec_blocks: int = 4
+    dec_sub_dim: int = 256
+    dec_sub_blocks: int = 4
+    mlp_ratio: int = 3
+    kernel_size: int = 7
+    fsq: FSQConfig = field(default_factory=FSQConfig)
+
+    @property
+    def sub_frames(self) -> int:
+        return self.samples_per_frame // self.hop
+
+    def __post_init__(self):
+        if self.samples_per_frame % self.hop:
+            raise ValueError("samples_per_frame must be a multiple of hop")
+
+
+@dataclass(frozen=True)
+class CodecForward:
+    """What one training forward pass returns."""
+
+    audio: torch.Tensor  # (B, S) reconstruction
+    codes: torch.Tensor  # (B, K, T)
+    losses: dict[str, torch.Tensor]  # auxiliary losses of the bottleneck (none for FSQ)
+
+
+class FSQEncoder(nn.Module):
+    def __init__(self, cfg: FSQCodecConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.mel = LogMel(cfg.sample_rate, cfg.n_fft, cfg.hop, cfg.n_mels)
+        self.conv_in = PaddedConv1d(cfg.n_mels, cfg.enc_sub_dim, cfg.kernel_size)
+        self.sub = ConvNeXtStack(cfg.enc_sub_dim, cfg.enc_sub_blocks, cfg.mlp_ratio, cfg.kernel_size)
+        self.down = nn.Conv1d(cfg.enc_sub_dim * cfg.sub_frames, cfg.enc_dim, 1)
+        self.frames = ConvNeXtStack(cfg.enc_dim, cfg.enc_blocks, cfg.mlp_ratio, cfg.kernel_size)
+        self.to_latent = nn.Conv1d(cfg.enc_dim, cfg.fsq.num_channels, 1)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        """audio (B, T * samples_per_frame) -> latent (B, C, T), before quantisation."""
+        h = self.sub(self.conv_in(self.mel(audio)))  # (B, D_sub, F)
+        h = self.frames(self.down(space_to_depth(h, self.cfg.sub_frames)))  # (B, D, T)
+        return self.to_latent(h)  # (B, C, T)
+
+
+class FSQDecoder(nn.Module):
+    def __init__(self, cfg: FSQCodecConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.conv_in = PaddedConv1d(cfg.fsq.num_channels, cfg.dec_dim, cfg.kernel_size)
+        self.frames = ConvNeXtStack(cfg.dec_dim, cfg.dec_blocks, cfg.mlp_ratio, cfg.kernel_size)
+        self.up = nn.Conv1d(cfg.dec_dim, cfg.dec_sub_dim * cfg.sub_frames, 1)
+        self.sub = ConvNeXtStack(cfg.dec_sub_dim, cfg.dec_sub_blocks, cfg.mlp_ratio, cfg.kernel_size)
+        self.head = ISTFTHead(cfg.dec_sub_dim, cfg.n_fft, cfg.hop, layout="same")
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """dequantised (B, C, T) -> audio (B, T * samples_per_frame)."""
+        h = self.frames(self.conv_in(z))  # (B, D, T)
+        h = self.sub(depth_to_space(self.up(h), self.cfg.sub_frames))  # (B, D_sub, F)
+        return self.head(h)
+
+    @property
+    def context(self) -> tuple[int, int]:
+        """(left, right) codec frames that the audio of one frame depends on."""
+        sub_left = self.sub.left + self.head.frames_left
+        sub_right = self.sub.right + self.head.frames_right
+        r = self.cfg.sub_frames
+        left = self.conv_in.left + self.frames.left + math.ceil(sub_left / r)
+        right = self.conv_in.right + self.frames.right + math.ceil(sub_right / r)
+        return left, right
+
+
+class FSQCodec(nn.Module):
+    """The trainable duet-fsq model and its ``duet.codecs.base.Codec`` interface (``encode``/``decode``)."""
+
+    name = "duet-fsq"
+
+    def __init__(self, cfg: FSQCodecConfig = FSQCodecConfig()):
+        super().__init__()
+        self.cfg = cfg
+        self.sample_rate = cfg.sample_rate
+        self.samples_per_frame = cfg.samples_per_frame
+        self.encoder = FSQEncoder(cfg)
+        self.quantizer = GroupFSQ(cfg.fsq)
+        self.decoder = FSQDecoder(cfg)
+
+    # ---- Codec protocol -------------------------------------------------------------------------------------------
+    @property
+    def frame_rate(self) -> float:
+        return self.sample_rate / self.samples_per_frame
+
+    @property
+    def codebook_sizes(self) -> tuple[int, ...]:
+        return (self.cfg.fsq.codebook_size,) * self.cfg.fsq.num_groups
+
+    @property
+    def decoder_context(self) -> tuple[int, int]:
+        return self.decoder.context
+
+    @torch.inference_mode()
+    def encode(self, audio: torch.Tensor | np.ndarray, lengths: torch.Tensor | None = None,
+               sample_rate: int | None = None) -> EncodeResult:
+        """audio (B, S), (S,) or (B, channels, S) -> packed codes (B, 8, T); see ``duet.codecs.inputs``."""
+        x, lengths = prepare_audio(audio, lengths, sample_rate, self.sample_rate, self.samples_per_frame)
+        _, codes = self.quantizer(self.encoder(x))
+        return EncodeResult(codes=codes, lengths=frame_lengths(lengths, self.samples_per_frame))
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor, lengths: torch.Tensor | None = None) -> DecodeResult:
+        """packed codes (B, 8, T) -> audio (B, T * samples_per_frame); ``lengths`` in frames."""
+        codes = check_codes(codes, self.codebook_sizes)
+        audio = self._decode_codes(codes).clamp(-1.0, 1.0)
+        if lengths is None:
+            lengths = torch.full((codes.shape[0],), codes.shape[-1], dtype=torch.long)
+        return DecodeResult(audio=audio, lengths=torch.as_tensor(lengths).long() * self.samples_per_frame)
+
+    def stream_decoder(self) -> ContextStreamDecoder:
+        left, right = self.decoder_context
+
+        @torch.inference_mode()
+        def window(codes: torch.Tensor) -> torch.Tensor:
+            return self._decode_codes(codes).clamp(-1.0, 1.0)
+
+        return ContextStreamDecoder(window, left, right, self.samples_per_frame,
+                                    check=lambda c: check_codes(c, self.codebook_sizes))
+
+    # ---- training -------------------------------------------------------------------------------------------------
+    def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.quantizer.decode(codes))
+
+    def forward(self, audio: torch.Tensor) -> CodecForward:
+        """audio (B, T * samples_per_frame) -> reconstruction through the straight-through quantiser."""
+        dequantised, codes = self.quantizer(self.encoder(audio))
+        return CodecForward(audio=self.decoder(dequantised), codes=codes, losses={})

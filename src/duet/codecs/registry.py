@@ -1,0 +1,124 @@
+"""Load duet's own codecs by name or directory: ``duet.codecs.load("duet-fsq")``.
+
+A shipped codec is a directory with two files and nothing executable:
+- ``config.json``: ``{"type": "duet-fsq" | "duet-rvq", "config": {...the model's config dataclass...}, ...}``
+  plus provenance (training steps, hours of audio, source run), which loading ignores;
+- ``model.safetensors``: the weights, stored as float16 to halve the size, loaded back as float32.
+Never pickle: no ``torch.load``, no ``.bin``.
+
+Names resolve to ``<checkpoints root>/<name>``; the root is ``$DUET_CHECKPOINTS`` when set, else the
+``checkpoints/`` directory of the source checkout this package lives in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from duet.codecs.config_io import from_dict, to_dict
+from duet.errors import DuetError
+
+KNOWN = ("duet-fsq", "duet-rvq")
+FORMAT_VERSION = 1
+
+
+def model_classes(kind: str) -> tuple[type, type]:
+    """(config dataclass, model class) of a codec type; imported lazily, bound by an explicit table."""
+    if kind == "duet-fsq":
+        from duet.codecs.fsq_codec import FSQCodec, FSQCodecConfig
+
+        return FSQCodecConfig, FSQCodec
+    if kind == "duet-rvq":
+        from duet.codecs.rvq_codec import RVQCodec, RVQCodecConfig
+
+        return RVQCodecConfig, RVQCodec
+    raise DuetError(f"unknown codec type {kind!r}; known: {', '.join(KNOWN)}")
+
+
+def build(kind: str, config: Any = None) -> nn.Module:
+    """A freshly initialised codec of ``kind`` from a config dataclass, a dict, or None (the defaults)."""
+    config_cls, model_cls = model_classes(kind)
+    if config is None:
+        config = config_cls()
+    elif isinstance(config, dict):
+        config = from_dict(config_cls, config)
+    return model_cls(config)
+
+
+def checkpoints_root() -> Path:
+    env = os.environ.get("DUET_CHECKPOINTS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / "checkpoints"  # src/duet/codecs/registry.py -> repo root
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    if str(name_or_path) in KNOWN:
+        shipped = checkpoints_root() / str(name_or_path)
+        if (shipped / "config.json").is_file():
+            return shipped
+        raise DuetError(f"codec {name_or_path!r} is not in {shipped}: export a trained checkpoint there "
+                        f"(duet train export RUN_DIR --out {shipped})")
+    raise DuetError(f"no codec named {str(name_or_path)!r}: use one of {', '.join(KNOWN)} or a directory "
+                    "holding config.json and model.safetensors")
+
+
+def _training_only(key: str) -> bool:
+    """RVQ EMA statistics (``ema_sum``, ``ema_count``) only steer codebook updates; inference reads ``codebook``.
+    Leaving them out halves the shipped RVQ; loading refills them from the freshly built model."""
+    return key.endswith((".ema_sum", ".ema_count"))
+
+
+def save_pretrained(model: nn.Module, out_dir: str | Path, dtype: torch.dtype = torch.float16,
+                    info: dict[str, Any] | None = None) -> Path:
+    """Write ``model`` (an FSQCodec or RVQCodec) as a shippable directory; returns it."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = {k: (v.to(dtype) if v.is_floating_point() else v).detach().contiguous().clone()
+               for k, v in model.state_dict().items() if not _training_only(k)}
+    tmp = out_dir / "model.safetensors.tmp"
+    save_file(weights, str(tmp), metadata={"format": "pt"})
+    os.chmod(tmp, 0o644)  # safetensors creates files owner-only; a shipped checkpoint is for everyone to read
+    os.replace(tmp, out_dir / "model.safetensors")
+    meta = {"type": model.name, "format_version": FORMAT_VERSION, "dtype": str(dtype).removeprefix("torch."),
+            "config": to_dict(model.cfg), "info": info or {}}
+    (out_dir / "config.json.tmp").write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(out_dir / "config.json.tmp", out_dir / "config.json")
+    return out_dir
+
+
+def load(name_or_path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+    """A codec ready for inference (eval mode, float32) from a shipped name or a directory."""
+    path = resolve(name_or_path)
+    try:
+        meta = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise DuetError(f"{path / 'config.json'} is missing or not JSON: {err}") from err
+    if meta.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
+        raise DuetError(f"{path} was written by a newer duet (format {meta['format_version']})")
+    model = build(meta.get("type", ""), meta.get("config", {}))
+    weights_path = path / "model.safetensors"
+    if not weights_path.is_file():
+        raise DuetError(f"{path} has no model.safetensors")
+    weights = load_file(str(weights_path))
+    reference = model.state_dict()
+    weights = {k: v.to(reference[k].dtype) if k in reference else v for k, v in weights.items()}
+    for key in reference:  # refill the EMA statistics as k-means initialisation leaves them: count 1, sum = code
+        if key.endswith(".ema_sum") and key not in weights:
+            weights[key] = weights.get(key.removesuffix(".ema_sum") + ".codebook", reference[key]).clone()
+        elif key.endswith(".ema_count") and key not in weights:
+            weights[key] = torch.ones_like(reference[key])
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise DuetError(f"{weights_path} does not fit a {meta['type']} of this config: "
+                        f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return model.to(device).eval()

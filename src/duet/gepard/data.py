@@ -1,0 +1,257 @@
+"""Gepard's training data: (text ids, channel codes) pairs from codec shards + the manifest's text, in
+length-bucketed batches.
+
+One utterance::
+
+    manifest text --normalize (English)--> --[train: short-register repetition]--> tokenizer --> wrap_text
+                                                                                     [SOT, ids..., EOT, SOS]
+    shard codes (G=8, T) packed --GroupFSQ.unfold--> (C=32, T) channel codes (Gepard §2.3: 2016 = 8*7*6*6)
+
+Text normalisation (``duet.text.normalize``) is English-only and applied to manifest languages ``en*``; other
+languages pass through as written. Short-register repetition (``duet.text.augment``, Gepard §1.2 / §1.4) rewrites
+a 1-2 word text as 2-4 copies of itself with probability 0.5 in training; the audio is left alone.
+
+Batches. Each utterance costs ``S + T`` positions (wrapped text ids + frames); a batch of B rows pads to
+``B x max(S_b + T_b)`` positions, kept at most ``batch_frames`` (and B at most ``max_batch_size``). Per epoch:
+shuffle with a seeded RNG, stable-sort by length bucket (``bucket_width`` positions), cut greedily into batches
+under the budget, shuffle the batches. The plan and every augmentation draw are pure functions of (seed, epoch,
+batch index), so the training loop's data position is (epoch, batch) and resuming needs no loader state
+(``duet.train.loop``). Budgets use the un-augmented lengths: repetition adds at most (max_copies - 1) copies of a
+two-word text to a row.
+
+All codes of the selected utterances are held in memory, packed (int16, 16 bytes per frame): about 17 MB for the
+10-hour ``base`` corpus. A corpus of thousands of hours would want lazy per-shard loading instead.
+
+Shape legend: B batch, S text ids (with SOT/EOT/SOS), T frames, G packed groups (8), C channels (32).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from duet.codecs.fsq import FSQConfig, GroupFSQ
+from duet.data.manifest import Utterance, read_manifest
+from duet.data.shards import CodeShards
+from duet.errors import DuetError
+from duet.gepard.config import GepardConfig
+from duet.gepard.model import GepardBatch, collate, wrap_text
+from duet.text.augment import RepetitionConfig, augment_text
+from duet.text.normalize import normalize_text
+from duet.text.tokens import service_ids
+
+
+@dataclass(frozen=True)
+class GepardDataConfig:
+    batch_frames: int = 4000  # padded positions (text + audio) per batch: B x max(S_b + T_b)
+    max_batch_size: int = 64
+    max_frames: int = 860  # longer utterances are left out (the report's longest clip: 40 s at 21.5 Hz, §4.1.1)
+    bucket_width: int = 16  # positions per length bucket; rows within a bucket are shuffled each epoch
+    languages: tuple[str, ...] = ()  # keep only manifest languages starting with one of these; () = all
+    normalize: bool = True  # English text normalisation (numbers, money, abbreviations -> words)
+    augment: bool = True  # short-register repetition in training batches
+    repetition: RepetitionConfig = field(default_factory=RepetitionConfig)
+    val_items: int = 64  # held-out utterances scored at each validation (0 = no validation)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_frames < 1 or self.max_batch_size < 1 or self.max_frames < 1 or self.bucket_width < 1:
+            raise DuetError("batch_frames, max_batch_size, max_frames and bucket_width must be positive")
+
+
+def is_english(language: str) -> bool:
+    return language == "en" or language.startswith("en-")
+
+
+def prepare_text(utt: Utterance, cfg: GepardDataConfig) -> str:
+    """The text a model reads for ``utt``: normalised when English (and ``cfg.normalize``), stripped."""
+    text = utt.text.strip()
+    return normalize_text(text) if cfg.normalize and is_english(utt.language) else text
+
+
+def select_utterances(manifest: str | Path | Sequence[Utterance], split: str,
+                      cfg: GepardDataConfig) -> list[Utterance]:
+    utts = read_manifest(manifest) if isinstance(manifest, (str, Path)) else list(manifest)
+    keep = [u for u in utts if u.split == split]
+    if cfg.languages:
+        keep = [u for u in keep if any(u.language == lang or u.language.startswith(lang + "-")
+                                       for lang in cfg.languages)]
+    return keep
+
+
+def training_texts(manifest: str | Path, cfg: GepardDataConfig) -> list[str]:
+    """Prepared texts of the training split (for training a BPE tokenizer on what the model will read)."""
+    return [prepare_text(u, cfg) for u in select_utterances(manifest, "train", cfg)]
+
+
+def train_tokenizer(manifest: str | Path, out_path: str | Path, cfg: GepardDataConfig, vocab_size: int = 2048,
+                    lowercase: bool = False) -> Path:
+    """Train duet's byte-level BPE (``duet.text.bpe``) on the training texts and save ``tokenizer.json``."""
+    from duet.text.bpe import BPEConfig, save_bpe, train_bpe
+
+    texts = training_texts(manifest, cfg)
+    if not texts:
+        raise DuetError(f"no training texts in {manifest} to train a tokenizer on")
+    return save_bpe(train_bpe(texts, BPEConfig(vocab_size=vocab_size, lowercase=lowercase)), out_path)
+
+
+@dataclass(frozen=True)
+class _Item:
+    id: str
+    text: str  # prepared (normalised) text
+    ids: tuple[int, ...]  # its token ids, without service tokens
+    frames: int
+
+    @property
+    def positions(self) -> int:
+        return len(self.ids) + 3 + self.frames  # SOT, EOT, SOS
+
+
+class GepardData:
+    """One split's utterances with their codes in memory; ``epoch(e)`` is the loop's :class:`BatchSource`."""
+
+    def __init__(self, items: Sequence[_Item], packed: dict[str, torch.Tensor], tokenizer, cfg: GepardDataConfig,
+                 train: bool, frame_rate: float | None = None, dropped: dict[str, int] | None = None):
+        if not items:
+            raise DuetError("no utterances left for Gepard training (check the split, languages and lengths)")
+        self.items = list(items)
+        self.packed = packed
+        self.tokenizer = tokenizer
+        self.service = service_ids(tokenizer)
+        self.cfg = cfg
+        self.train = train
+        self.frame_rate = frame_rate
+        self.dropped = dropped or {}
+        self.fsq = GroupFSQ(FSQConfig())
+
+    # ---- building ------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_shards(cls, shards: str | Path | CodeShards, manifest: str | Path | Sequence[Utterance], tokenizer,
+                    cfg: GepardDataConfig, split: str = "train", model: GepardConfig | None = None,
+                    limit: int | None = None) -> "GepardData":
+        """Utterances of ``split`` that have codes in ``shards``; ``limit`` keeps a fixed subset (validation).
+
+        With ``model`` given, codes must be the model's FSQ channels and rows fit its ``max_positions``.
+        """
+        shards = shards if isinstance(shards, CodeShards) else CodeShards(shards)
+        fsq = FSQConfig()
+        if shards.codebook_sizes != (fsq.codebook_size,) * fsq.num_groups:
+            raise DuetError(f"codes in {shards.root} have codebook sizes {shards.codebook_sizes}; Gepard needs "
+                            f"{fsq.num_groups} GroupFSQ groups of {fsq.codebook_size} (an FSQ codec)")
+        if model is not None and tuple(model.channel_levels) != fsq.channel_levels:
+            raise DuetError(f"model channel levels {model.channel_levels} are not the codec's {fsq.channel_levels}")
+        max_positions = min(cfg.batch_frames, model.backbone.max_positions if model else cfg.batch_frames)
+
+        utts = select_utterances(manifest, split, cfg)
+        if limit is not None:  # a fixed subset spread over speakers: the first ``limit`` in id-hash order
+            utts = sorted(utts, key=lambda u: hashlib.sha1(u.id.encode()).hexdigest())
+        dropped = {"no_codes": 0, "too_long": 0, "empty_text": 0}
+        chosen: list[tuple[Utterance, str]] = []
+        for u in utts:
+            if u.id not in shards:
+                dropped["no_codes"] += 1
+                continue
+            text = prepare_text(u, cfg)
+            if not text:
+                dropped["empty_text"] += 1
+                continue
+            chosen.append((u, text))
+        encoded = tokenizer([t for _, t in chosen], add_special_tokens=False)["input_ids"] if chosen else []
+        items = []
+        for (u, text), ids in zip(chosen, encoded):
+            item = _Item(u.id, text, tuple(ids), shards.frames(u.id))
+            if item.frames > cfg.max_frames or item.positions > max_positions or item.frames < 1:
+                dropped["too_long"] += 1
+                continue
+            items.append(item)
+            if limit is not None and len(items) >= limit:
+                break
+        wanted = {it.id for it in items}
+        packed = {uid: codes.to(torch.int16) for uid, codes in shards if uid in wanted}  # (G, T) each
+        return cls(items, packed, tokenizer, cfg, train=split == "train", frame_rate=shards.frame_rate,
+                   dropped=dropped)
+
+    # ---- facts ---------------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def frames(self) -> int:
+        return sum(it.frames for it in self.items)
+
+    def summary(self) -> str:
+        hours = f", {self.frames / self.frame_rate / 3600:.2f} h" if self.frame_rate else ""
+        dropped = ", ".join(f"{k} {v}" for k, v in self.dropped.items() if v)
+        return (f"{len(self.items)} utterances{hours}, {self.frames} frames"
+                + (f" (left out: {dropped})" if dropped else ""))
+
+    # ---- batches -------------------------------------------------------------------------------------------------
+    def plan(self, epoch: int) -> list[list[int]]:
+        """Item indices of every batch of ``epoch``, in training order (shuffled only for the training split)."""
+        order = list(range(len(self.items)))
+        rng = random.Random(f"gepard-plan:{self.cfg.seed}:{epoch}")
+        if self.train:
+            rng.shuffle(order)
+        order.sort(key=lambda i: self.items[i].positions // self.cfg.bucket_width)  # stable: random in a bucket
+        batches, current, longest = [], [], 0
+        for i in order:
+            length = self.items[i].positions
+            grown = max(longest, length)
+            if current and (grown * (len(current) + 1) > self.cfg.batch_frames
+                            or len(current) >= self.cfg.max_batch_size):
+                batches.append(current)
+                current, grown = [], length
+            current.append(i)
+            longest = grown
+        if current:
+            batches.append(current)
+        if self.train:
+            rng.shuffle(batches)
+        return batches
+
+    def channels(self, uid: str) -> torch.Tensor:
+        """(C, T) channel codes of one utterance."""
+        return self.fsq.unfold(self.packed[uid].long()[None])[0]
+
+    def make_batch(self, indices: Iterable[int], rng: random.Random | None = None) -> GepardBatch:
+        """Collate the given items; with ``rng`` (training) short texts get the repetition augmentation."""
+        rows = []
+        for i in indices:
+            item = self.items[i]
+            ids = item.ids
+            if rng is not None:
+                text = augment_text(item.text, rng, self.cfg.repetition)
+                if text != item.text:
+                    ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            rows.append((wrap_text(ids, self.service), self.channels(item.id)))
+        return collate(rows, pad_id=self.service.pad)
+
+    def epoch(self, epoch: int) -> Sequence[GepardBatch]:
+        return _EpochBatches(self, epoch)
+
+    def batches(self) -> list[GepardBatch]:
+        """Every batch of the split, un-augmented, in length order (validation)."""
+        return [self.make_batch(b) for b in self.plan(0)]
+
+
+class _EpochBatches(Sequence):
+    """A lazy view of one epoch: batch ``i`` is collated (and augmented, seeded by (seed, epoch, i)) on access."""
+
+    def __init__(self, data: GepardData, epoch: int):
+        self.data, self.epoch_index = data, epoch
+        self.plan = data.plan(epoch)
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        augment = self.data.train and self.data.cfg.augment
+        rng = random.Random(f"gepard-augment:{self.data.cfg.seed}:{self.epoch_index}:{i}") if augment else None
+        return self.data.make_batch(self.plan[i], rng)

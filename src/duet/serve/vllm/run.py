@@ -1,0 +1,51 @@
+"""Run Gepard requests through vLLM together and write their frames as JSON (the integration test's probe).
+
+    python -m duet.serve.vllm.run MODEL_DIR REQUESTS.json OUT.json [--max-num-seqs 4] [--dtype float32]
+
+``REQUESTS.json``: a list of ``{"text", "bound", "temperature", "top_k", "top_p", "stop_threshold", "seed"}``
+(all but ``text`` and ``bound`` optional, duet's defaults). ``OUT.json``: per request ``{"frames": [[c_0 .. c_31],
+...], "ended": "stop" | "bound"}``, plus the engine's start-up and generation seconds. All requests are submitted at
+once, so vLLM batches them. The ``__main__`` guard is required: vLLM starts its processes with ``spawn``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    from duet.serve.adapter import SynthesisRequest
+    from duet.serve.sampling import SamplingParams
+    from duet.serve.vllm.engine import GepardVLLM, VLLMConfig
+
+    p = argparse.ArgumentParser(description="Gepard frames through vLLM, as JSON")
+    p.add_argument("model_dir")
+    p.add_argument("requests")
+    p.add_argument("out")
+    p.add_argument("--max-num-seqs", type=int, default=4)
+    p.add_argument("--dtype", default="float32")
+    args = p.parse_args(argv)
+    specs = json.loads(open(args.requests).read())
+    t0 = time.perf_counter()
+    with GepardVLLM(args.model_dir, VLLMConfig(max_num_seqs=args.max_num_seqs, dtype=args.dtype,
+                                               kv_cache_gib=1)) as engine:
+        t1 = time.perf_counter()
+        reqs = []
+        for spec in specs:
+            params = SamplingParams(**{k: v for k, v in spec.items() if k not in ("text", "bound")})
+            ids = engine.encode(SynthesisRequest(text=spec["text"]))
+            reqs.append(engine.add(ids, params, spec["bound"], params.seed or 0))
+        while not all(r.finished for r in reqs):
+            engine.step()
+        results = [{"frames": engine.take(r).T.tolist(), "ended": "stop" if r.stopped else "bound"} for r in reqs]
+        t2 = time.perf_counter()
+    with open(args.out, "w") as f:
+        json.dump({"results": results, "startup_s": t1 - t0, "generate_s": t2 - t1}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""duet's web page: static HTML, CSS and JavaScript served by the API app at ``/`` (no build step).
+
+The page (``index.html`` + ``app.js``) lists models from ``/v1/models`` and voices from ``/v1/audio/voices``,
+posts to ``/v1/audio/speech`` with ``stream_format="sse"``, plays each PCM chunk through WebAudio as it arrives and
+offers the whole utterance as a WAV download. It talks to the public API only, so it is also a worked example of
+a streaming client.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, Response
+
+ASSETS = {"app.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}
+ROUTES = ("/", *(f"/web/{name}" for name in ASSETS))
+# Everything is same-origin; nothing is fetched from elsewhere.
+_CSP = "default-src 'self'; connect-src 'self' blob:; media-src 'self' blob:"  # blob: is the WAV download
+_HEADERS = {"Cache-Control": "no-cache", "Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff"}
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def add_page(app: FastAPI) -> None:
+    """Add ``GET /`` (the page) and ``GET /web/<asset>`` to ``app``; files are read once, here."""
+    index = _read("index.html")
+    assets = {name: _read(name) for name in ASSETS}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(index, headers=_HEADERS)
+
+    for name, media_type in ASSETS.items():
+        def serve(body: str = assets[name], media_type: str = media_type) -> Response:
+            return Response(body, media_type=media_type, headers=_HEADERS)
+
+        app.add_api_route(f"/web/{name}", serve, methods=["GET"], include_in_schema=False)

@@ -1,0 +1,217 @@
+// duet's web page: pick a model and voice, speak the text, hear it while it streams, download the WAV.
+//
+// Data path: POST /v1/audio/speech with stream_format "sse" and response_format "pcm" (OpenAI's event shapes,
+// see duet/serve/schemas.py) -> each `speech.audio.delta` carries base64 16-bit little-endian mono PCM at the
+// rate in the X-Sample-Rate header -> one WebAudio buffer per chunk, scheduled back to back on the AudioContext's
+// clock, so playback starts with the first chunk instead of after the whole utterance. The same samples are kept
+// and turned into a WAV file at the end (or at Stop). No build step, no dependencies: plain browser APIs.
+//
+// `window.duet` exposes what happened (state, samples received, TTFA, underruns, WAV size) for the headless
+// browser test (tests/serve/test_web_page.py) and for anyone curious in the console.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const LEAD_S = 0.1; // scheduling headroom after an underrun: a little latency buys glitch-free playback
+
+const duet = (window.duet = {
+  state: "loading", // loading | idle | streaming | done | stopped | error
+  samples: 0, chunks: 0, sampleRate: 0, ttfaMs: null, underruns: 0, wavBytes: 0,
+  finishReason: null, error: null,
+});
+
+function setStatus(state, text) {
+  duet.state = state;
+  $("status").dataset.state = state;
+  $("status").textContent = text;
+}
+
+function fill(select, values) {
+  select.replaceChildren(...values.map((v) => new Option(v, v)));
+}
+
+async function getJSON(path) {
+  const r = await fetch(path);
+  if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
+  return r.json();
+}
+
+// Server-sent events from a fetch body: yields each `data:` payload parsed as JSON.
+async function* sseEvents(body) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let end;
+    while ((end = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+      if (data) yield JSON.parse(data);
+    }
+  }
+}
+
+function pcmFromBase64(b64) {
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const view = new DataView(bytes.buffer);
+  const out = new Int16Array(bytes.length >> 1);
+  for (let i = 0; i < out.length; i++) out[i] = view.getInt16(2 * i, true);
+  return out;
+}
+
+// Plays 16-bit chunks gap-free as they arrive; counts underruns (a chunk that came after the previous ran out).
+class StreamPlayer {
+  constructor(ctx, rate) {
+    this.ctx = ctx;
+    this.rate = rate;
+    this.next = 0;
+    this.sources = new Set();
+  }
+
+  play(pcm) {
+    if (!pcm.length) return;
+    const buffer = this.ctx.createBuffer(1, pcm.length, this.rate); // resampled to the device rate by WebAudio
+    const channel = buffer.getChannelData(0);
+    for (let i = 0; i < pcm.length; i++) channel[i] = pcm[i] / 32768;
+    const src = this.ctx.createBufferSource();
+    src.buffer = buffer;
+    src.connect(this.ctx.destination);
+    const now = this.ctx.currentTime;
+    if (this.next < now) {
+      if (this.next > 0) duet.underruns++;
+      this.next = now + LEAD_S;
+    }
+    src.start(this.next);
+    this.next += buffer.duration;
+    this.sources.add(src);
+    src.onended = () => this.sources.delete(src);
+  }
+
+  stop() {
+    for (const src of this.sources) src.stop();
+    this.sources.clear();
+  }
+}
+
+function wavBlob(chunks, rate) {
+  const n = chunks.reduce((s, c) => s + c.length, 0);
+  const view = new DataView(new ArrayBuffer(44 + 2 * n));
+  const ascii = (at, s) => [...s].forEach((ch, i) => view.setUint8(at + i, ch.charCodeAt(0)));
+  ascii(0, "RIFF"); view.setUint32(4, 36 + 2 * n, true); ascii(8, "WAVE");
+  ascii(12, "fmt "); view.setUint32(16, 16, true); view.setUint16(20, 1, true); view.setUint16(22, 1, true);
+  view.setUint32(24, rate, true); view.setUint32(28, 2 * rate, true); view.setUint16(32, 2, true);
+  view.setUint16(34, 16, true);
+  ascii(36, "data"); view.setUint32(40, 2 * n, true);
+  let at = 44;
+  for (const c of chunks) for (let i = 0; i < c.length; i++, at += 2) view.setInt16(at, c[i], true);
+  return new Blob([view.buffer], { type: "audio/wav" });
+}
+
+let ctx = null;
+let controller = null;
+let player = null;
+let wavUrl = null;
+
+function showStats() {
+  $("ttfa").textContent = duet.ttfaMs === null ? "-" : `${duet.ttfaMs.toFixed(0)} ms`;
+  const seconds = duet.sampleRate ? (duet.samples / duet.sampleRate).toFixed(2) : "0";
+  $("received").textContent = `${duet.samples} samples (${seconds} s) in ${duet.chunks} chunks`;
+  $("underruns").textContent = String(duet.underruns);
+}
+
+function offerDownload(chunks) {
+  if (wavUrl) URL.revokeObjectURL(wavUrl);
+  const blob = wavBlob(chunks, duet.sampleRate);
+  duet.wavBytes = blob.size;
+  wavUrl = URL.createObjectURL(blob);
+  $("download").href = wavUrl;
+  $("download").hidden = false;
+  $("player").src = wavUrl;
+  $("player").hidden = false;
+}
+
+async function speak(event) {
+  event.preventDefault();
+  const text = $("text").value;
+  if (!text.trim()) return setStatus("error", "Type some text first.");
+  if (controller) controller.abort();
+  if (player) player.stop();
+  controller = new AbortController();
+  // Created on the click (a user gesture), so the browser lets it make sound.
+  ctx = ctx || new AudioContext();
+  ctx.resume();
+  Object.assign(duet, { samples: 0, chunks: 0, ttfaMs: null, underruns: 0, wavBytes: 0, finishReason: null,
+                        error: null });
+  $("download").hidden = true;
+  $("stop").disabled = false;
+  showStats();
+  const body = { model: $("model").value, voice: $("voice").value, input: text, response_format: "pcm",
+                 stream_format: "sse" };
+  if ($("seed").value !== "") body.seed = Number($("seed").value);
+
+  const chunks = [];
+  const t0 = performance.now();
+  setStatus("streaming", "Speaking...");
+  try {
+    const r = await fetch("/v1/audio/speech", { method: "POST", headers: { "Content-Type": "application/json" },
+                                                body: JSON.stringify(body), signal: controller.signal });
+    if (!r.ok) {
+      const err = await r.json().catch(() => null);
+      throw new Error(err?.error?.message || `HTTP ${r.status}`);
+    }
+    duet.sampleRate = Number(r.headers.get("X-Sample-Rate")) || duet.sampleRate;
+    player = new StreamPlayer(ctx, duet.sampleRate);
+    for await (const ev of sseEvents(r.body)) {
+      if (ev.type === "speech.audio.delta") {
+        const pcm = pcmFromBase64(ev.audio);
+        if (duet.ttfaMs === null) duet.ttfaMs = performance.now() - t0;
+        chunks.push(pcm);
+        duet.samples += pcm.length;
+        duet.chunks++;
+        player.play(pcm);
+        showStats();
+      } else if (ev.type === "speech.audio.done") {
+        duet.finishReason = ev.duet?.finish_reason ?? null;
+      } else if (ev.type === "error") {
+        throw new Error(ev.error?.message || "generation failed");
+      }
+    }
+    offerDownload(chunks);
+    setStatus("done", `Done: ${(duet.samples / duet.sampleRate).toFixed(2)} s of audio (${duet.finishReason}).`);
+  } catch (err) {
+    if (err.name === "AbortError") {
+      if (chunks.length) offerDownload(chunks);
+      setStatus("stopped", "Stopped.");
+    } else {
+      duet.error = err.message;
+      setStatus("error", `Error: ${err.message}`);
+    }
+  } finally {
+    $("stop").disabled = true;
+    showStats();
+  }
+}
+
+function stop() {
+  if (controller) controller.abort(); // closes the connection: the server frees the slot at its next step
+  if (player) player.stop();
+}
+
+async function init() {
+  $("form").addEventListener("submit", speak);
+  $("stop").addEventListener("click", stop);
+  try {
+    const [models, voices] = await Promise.all([getJSON("/v1/models"), getJSON("/v1/audio/voices")]);
+    fill($("model"), models.data.map((m) => m.id));
+    fill($("voice"), voices.data.map((v) => v.id));
+    duet.sampleRate = voices.sample_rate;
+    setStatus("idle", "Ready.");
+  } catch (err) {
+    duet.error = err.message;
+    setStatus("error", `Cannot reach the server: ${err.message}`);
+  }
+}
+
+init();

@@ -1,0 +1,96 @@
+"""``duet train ...``: the training command group (codec today; Gepard and Luna stages add subcommands here).
+
+    duet train codec --config fsq|rvq|PATH.json [--manifest data/base/manifest.jsonl] [--out runs/NAME] [--resume]
+    duet train export RUN_DIR --out checkpoints/duet-fsq      # training checkpoint -> shipped fp16 codec
+
+Also runnable as ``python -m duet.train.cli train codec ...`` before the group is listed in ``duet.cli._AREAS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    train = subparsers.add_parser("train", help="train models (codec)")
+    sub = train.add_subparsers(dest="train_command", metavar="STAGE")
+    sub.required = True
+
+    codec = sub.add_parser("codec", help="train duet-fsq or duet-rvq")
+    codec.add_argument("--config", default=None,
+                       help="preset (fsq, rvq, fsq-tiny, rvq-tiny) or a JSON file; optional with --resume")
+    codec.add_argument("--manifest", default="data/base/manifest.jsonl", help="corpus manifest (train/val splits)")
+    codec.add_argument("--out", default=None, help="run directory (default runs/duet-fsq or runs/duet-rvq)")
+    codec.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    codec.add_argument("--max-steps", type=int, default=None, help="override the schedule length (cosine end)")
+    codec.add_argument("--disc-start", type=int, default=None,
+                       help="step at which discriminators join (a negative value: never)")
+    codec.add_argument("--stop-at", type=int, default=None, help="stop at this step (schedule unchanged)")
+    codec.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (checkpointed)")
+    codec.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
+    codec.add_argument("--teacher", default=None, help="local WavLM directory for semantic distillation (RVQ)")
+    codec.set_defaults(func=_train_codec)
+
+    export = sub.add_parser("export", help="write a run's checkpoint as a shipped codec (fp16 safetensors)")
+    export.add_argument("run_dir")
+    export.add_argument("--out", required=True, help="e.g. checkpoints/duet-fsq")
+    export.add_argument("--checkpoint", default=None, help="a specific checkpoint directory (default: latest)")
+    export.set_defaults(func=_export)
+
+
+def _train_codec(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+    from pathlib import Path
+
+    from duet.errors import DuetError
+    from duet.train.codec_config import config_from_json, load_config
+    from duet.train.codec_loop import train_codec
+
+    cfg = load_config(args.config) if args.config else None
+    out = args.out
+    if out is None:
+        if cfg is None:
+            raise DuetError("--resume without --config needs --out RUN_DIR")
+        out = f"runs/{cfg.kind}"
+    if cfg is None and args.resume:
+        import json
+
+        cfg = config_from_json(json.loads((Path(out) / "config.json").read_text()))
+    if cfg is None:
+        raise DuetError("give --config (fsq, rvq or a JSON file)")
+    if args.max_steps is not None:
+        cfg = replace(cfg, max_steps=args.max_steps)
+    if args.disc_start is not None:
+        cfg = replace(cfg, disc_start_step=args.disc_start if args.disc_start >= 0 else None)
+    if args.teacher is not None:
+        cfg = replace(cfg, semantic_teacher=args.teacher)
+    result = train_codec(cfg, args.manifest, out, resume=args.resume, stop_at_step=args.stop_at,
+                         max_minutes=args.minutes, threads=args.threads)
+    print(f"{result.run_dir}: step {result.step}, " + ", ".join(f"{k} {v:.4f}" for k, v in result.last.items()))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from duet.train.codec_loop import export_codec
+
+    path = export_codec(args.run_dir, args.out, args.checkpoint)
+    print(f"exported {args.run_dir} -> {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from duet.errors import DuetError
+
+    parser = argparse.ArgumentParser(prog="duet")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except DuetError as err:
+        print(f"duet: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

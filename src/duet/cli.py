@@ -13,7 +13,7 @@ import sys
 from duet.errors import DuetError
 
 # Areas whose ``register(subparsers)`` adds top-level commands. Imported lazily so `duet --help` stays fast.
-_AREAS = ("duet.data.cli", "duet.eval.cli", "duet.codecs.cli", "duet.serve.cli")
+_AREAS = ("duet.tts.cli", "duet.data.cli", "duet.eval.cli", "duet.codecs.cli", "duet.train.cli", "duet.serve.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ import torch
 
 from duet.codecs import load
 from duet.codecs.registry import build
+from duet.errors import DuetError
 from duet.train.audio_crops import AudioCrops, read_manifest
 from duet.train.codec_config import config_from_json, config_to_json, load_config, preset
 from duet.train.codec_loop import export_codec, train_codec
@@ -99,7 +100,7 @@ def test_manifest_cli_and_export(tmp_path):
                  "--out", str(run), "--stop-at", "2"]) == 0
     assert main(["train", "codec", "--resume", "--out", str(run), "--manifest", str(corpus / "manifest.jsonl"),
                  "--stop-at", "4"]) == 0
-    assert main(["train", "export", str(run), "--out", str(tmp_path / "shipped")]) == 0
+    assert main(["train", "codec-export", str(run), "--out", str(tmp_path / "shipped")]) == 0
     codec = load(tmp_path / "shipped")
     info = json.loads((tmp_path / "shipped" / "config.json").read_text())
     assert info["type"] == "duet-rvq" and info["info"]["step"] == 4
@@ -125,3 +126,22 @@ def test_load_config_from_json_file(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(config_to_json(replace(preset("fsq-tiny"), batch_size=3))))
     assert load_config(str(path)).batch_size == 3
+
+
+def test_init_from_a_shipped_codec_starts_from_its_weights(tmp_path):
+    """Warm start: a new run begins at the exported (fp16) weights, live and EMA, not at a fresh initialisation."""
+    from duet.train.codec_loop import CodecTrainer
+
+    cfg = preset("fsq-tiny")
+    train, val = _crops(cfg)
+    train_codec(cfg, None, tmp_path / "a", stop_at_step=3, crops=train, val_crops=val, progress=False)
+    export_codec(tmp_path / "a", tmp_path / "shipped")
+    shipped = load(tmp_path / "shipped").state_dict()
+    trainer = CodecTrainer(cfg, train)
+    key = next(k for k, v in shipped.items() if v.is_floating_point() and v.numel() > 16)
+    assert not torch.allclose(trainer.model.state_dict()[key], shipped[key])
+    trainer.init_from(tmp_path / "shipped")
+    torch.testing.assert_close(trainer.model.state_dict()[key], shipped[key])
+    torch.testing.assert_close(trainer.ema.shadow.state_dict()[key], shipped[key])
+    with pytest.raises(DuetError, match="different model config"):
+        CodecTrainer(preset("rvq-tiny"), train).init_from(tmp_path / "shipped")

@@ -74,6 +74,14 @@ def prepare_text(utt: Utterance, cfg: GepardDataConfig) -> str:
     return normalize_text(text) if cfg.normalize and is_english(utt.language) else text
 
 
+def encode_prompt(text: str, tokenizer, *, language: str = "en", normalize: bool = True) -> list[int]:
+    """What inference feeds the model for ``text``: prepared as in training, tokenised, wrapped in SOT/EOT/SOS."""
+    text = text.strip()
+    if normalize and is_english(language):
+        text = normalize_text(text)
+    return wrap_text(tokenizer.encode(text, add_special_tokens=False), service_ids(tokenizer))
+
+
 def select_utterances(manifest: str | Path | Sequence[Utterance], split: str,
                       cfg: GepardDataConfig) -> list[Utterance]:
     utts = read_manifest(manifest) if isinstance(manifest, (str, Path)) else list(manifest)

@@ -63,7 +63,7 @@ def build_adapter(args: argparse.Namespace):
 
     if not args.checkpoint:
         raise DuetError("--model gepard needs --checkpoint DIR")
-    return load_gepard_adapter(args.checkpoint, codec=args.codec or "duet-fsq")
+    return load_gepard_adapter(args.checkpoint, codec=args.codec)
 
 
 def run_serve(args: argparse.Namespace) -> int:

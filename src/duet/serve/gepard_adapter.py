@@ -41,7 +41,7 @@ from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
 from duet.gepard.generate import SamplingConfig, frame_bound
 from duet.gepard.heads import pad_channels
-from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, wrap_text
+from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel
 from duet.nn.backbone import run_backbone
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
@@ -58,13 +58,11 @@ class GepardServeConfig:
 
 
 def text_encoder(tokenizer) -> Callable[[SynthesisRequest], list[int]]:
-    """request -> [SOT, *text ids, EOT, SOS] with a duet tokenizer (service ids looked up, never hard-coded)."""
-    from duet.text.tokens import service_ids
-
-    service = service_ids(tokenizer)
+    """request -> [SOT, *text ids, EOT, SOS], the text prepared as in training (``duet.gepard.data``)."""
+    from duet.gepard.data import encode_prompt
 
     def encode(request: SynthesisRequest) -> list[int]:
-        return wrap_text(tokenizer.encode(request.text, add_special_tokens=False), service)
+        return encode_prompt(request.text, tokenizer)
 
     return encode
 
@@ -219,8 +217,15 @@ class GepardAdapter:
             s.next_codes, s.next_stop = out.codes[i, -1], out.stop[i, -1]
 
 
-def load_gepard_adapter(checkpoint: str, codec: str = "duet-fsq") -> GepardAdapter:
-    """Build the adapter from a shipped Gepard checkpoint directory (format not fixed yet)."""
-    raise DuetError(
-        "serving a Gepard checkpoint from the command line needs the shipped Gepard checkpoint format, which does "
-        "not exist yet; in Python: GepardAdapter(model, duet.codecs.load(codec), text_encoder(tokenizer))")
+def load_gepard_adapter(checkpoint: str, codec: str | None = None, name: str | None = None) -> GepardAdapter:
+    """The adapter for a shipped Gepard model (a name such as ``gepard-tiny`` or a directory); ``codec`` defaults
+    to the codec the checkpoint was trained on."""
+    from duet.codecs import load as load_codec
+    from duet.gepard.checkpoint import load_gepard
+    from duet.tts import resolve_model
+
+    path = resolve_model(checkpoint)
+    loaded = load_gepard(path)
+    codec_name = codec or loaded.codec.get("name") or "duet-fsq"
+    config = GepardServeConfig(name=name or path.name)
+    return GepardAdapter(loaded.model, load_codec(codec_name), text_encoder(loaded.tokenizer), config)

@@ -1,9 +1,10 @@
-"""``duet train ...``: the training command group (codec today; Gepard and Luna stages add subcommands here).
+"""``duet train ...``: the training command group; each family adds a stage and its export.
 
     duet train codec --config fsq|rvq|PATH.json [--manifest data/base/manifest.jsonl] [--out runs/NAME] [--resume]
-    duet train export RUN_DIR --out checkpoints/duet-fsq      # training checkpoint -> shipped fp16 codec
-
-Also runnable as ``python -m duet.train.cli train codec ...`` before the group is listed in ``duet.cli._AREAS``.
+                     [--init-from checkpoints/duet-fsq]
+    duet train codec-export RUN_DIR --out checkpoints/duet-fsq     # training checkpoint -> shipped fp16 codec
+    duet train gepard --preset gepard-tiny --shards codes/fsq --out runs/gepard-tiny      (duet.gepard.train)
+    duet train gepard-export RUN_DIR --out checkpoints/gepard-tiny
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser("train", help="train models (codec)")
+    train = subparsers.add_parser("train", help="train models (codec, gepard)")
     sub = train.add_subparsers(dest="train_command", metavar="STAGE")
     sub.required = True
 
@@ -29,14 +30,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     codec.add_argument("--stop-at", type=int, default=None, help="stop at this step (schedule unchanged)")
     codec.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (checkpointed)")
     codec.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
+    codec.add_argument("--init-from", default=None,
+                       help="warm-start a new run from a shipped codec (name or directory; fresh optimizer)")
     codec.add_argument("--teacher", default=None, help="local WavLM directory for semantic distillation (RVQ)")
     codec.set_defaults(func=_train_codec)
 
-    export = sub.add_parser("export", help="write a run's checkpoint as a shipped codec (fp16 safetensors)")
+    export = sub.add_parser("codec-export", aliases=["export"],
+                            help="write a codec run's checkpoint as a shipped codec (fp16 safetensors)")
     export.add_argument("run_dir")
     export.add_argument("--out", required=True, help="e.g. checkpoints/duet-fsq")
     export.add_argument("--checkpoint", default=None, help="a specific checkpoint directory (default: latest)")
     export.set_defaults(func=_export)
+
+    from duet.gepard.train import add_train_gepard_parser
+
+    add_train_gepard_parser(sub)
 
 
 def _train_codec(args: argparse.Namespace) -> int:
@@ -66,7 +74,7 @@ def _train_codec(args: argparse.Namespace) -> int:
     if args.teacher is not None:
         cfg = replace(cfg, semantic_teacher=args.teacher)
     result = train_codec(cfg, args.manifest, out, resume=args.resume, stop_at_step=args.stop_at,
-                         max_minutes=args.minutes, threads=args.threads)
+                         max_minutes=args.minutes, threads=args.threads, init_from=args.init_from)
     print(f"{result.run_dir}: step {result.step}, " + ", ".join(f"{k} {v:.4f}" for k, v in result.last.items()))
     return 0
 

@@ -93,6 +93,16 @@ class CodecTrainer:
         return save_checkpoint(run_dir, step, self.modules, self.optimizers, generators={"data": self.data_gen},
                                extra=extra)
 
+    def init_from(self, name_or_path: str | Path) -> None:
+        """Warm start from a shipped codec (weights only, fp16 -> fp32; optimizers start fresh): how a run is
+        continued on another machine, where only the exported checkpoint travels (it is what git keeps)."""
+        shipped = registry.load(name_or_path)
+        if shipped.cfg != self.model.cfg:
+            raise DuetError(f"{name_or_path} has a different model config than this run's; cannot warm-start")
+        self.model.load_state_dict(shipped.state_dict())
+        if self.ema is not None:
+            self.ema.shadow.load_state_dict(shipped.state_dict())
+
     def load(self, ckpt: Path) -> dict:
         """Restore everything from ``ckpt``; discriminators switched on after it was written start fresh."""
         has_disc = "discriminator" in read_state(ckpt)["optimizers"]
@@ -199,11 +209,12 @@ def resolve_run_config(cfg: CodecTrainConfig | None, run_dir: Path, resume: bool
 def train_codec(cfg: CodecTrainConfig | None, manifest: str | Path | None, run_dir: str | Path, resume: bool = False,
                 stop_at_step: int | None = None, max_minutes: float | None = None, threads: int | None = None,
                 crops: AudioCrops | None = None, val_crops: AudioCrops | None = None,
-                progress: bool = True) -> TrainResult:
+                progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
     """Train (or resume) a codec in ``run_dir``. ``cfg`` may be None when resuming (the run's config is used).
 
     ``stop_at_step`` / ``max_minutes`` end this invocation early without touching the LR schedule (that is set by
     ``cfg.max_steps``), so a run can be continued later with ``resume=True``. SIGTERM / SIGINT do the same.
+    ``init_from`` (a shipped codec name or directory) warm-starts a new run's weights; ignored when resuming.
     """
     run_dir = Path(run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -233,6 +244,9 @@ def train_codec(cfg: CodecTrainConfig | None, manifest: str | Path | None, run_d
         state = trainer.load(ckpt)
         step, extra = state["step"], state.get("extra", {})
         print(f"resumed {run_dir} at step {step} ({ckpt.name})", file=sys.stderr)
+    elif init_from is not None:
+        trainer.init_from(init_from)
+        print(f"{run_dir}: weights warm-started from {init_from}", file=sys.stderr)
     metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=step if ckpt is not None else None)
     trained_seconds = float(extra.get("train_seconds", 0.0))
     best_val = float(extra.get("best_val", math.inf))

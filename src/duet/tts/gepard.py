@@ -1,0 +1,125 @@
+"""Gepard as a speaker: text -> sentences -> prompt ids -> frames (``duet.gepard.generate``) -> codec -> audio.
+
+Long text is split at sentence boundaries (``duet.text.sentences``) and each piece is generated on its own, with
+``gap_seconds`` of silence between pieces; piece i samples with seed ``seed + i``, so a seed fixes the whole
+utterance. ``stream`` hands out audio every ``chunk_frames`` frames through the codec's stream decoder; its chunks
+concatenate to what ``speak`` (one codec call per piece) returns for the same seed, up to float rounding
+(tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from duet.codecs.fsq import FSQConfig, GroupFSQ
+from duet.errors import DuetError
+from duet.gepard.checkpoint import LoadedGepard, load_gepard
+from duet.gepard.data import encode_prompt
+from duet.gepard.generate import STOP, SamplingConfig, stream
+from duet.gepard.model import GepardPrompt
+from duet.text.sentences import split_sentences
+from duet.tts.speech import Speech
+
+
+@dataclass(frozen=True)
+class SpeakConfig:
+    sampling: SamplingConfig = SamplingConfig(temperature=0.8, top_k=50)
+    max_chars: int = 200  # longest piece of text per generation
+    gap_seconds: float = 0.15  # silence between pieces
+    chunk_frames: int = 4  # frames per streamed push into the codec decoder
+    language: str = "en"
+
+
+class GepardSpeaker:
+    """A loaded Gepard model with its codec; one voice until speaker prefixes are trained in."""
+
+    voices = ("default",)
+
+    def __init__(self, loaded: LoadedGepard, codec, config: SpeakConfig = SpeakConfig()):
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.codec = codec
+        self.config = config
+        self.name = loaded.path.name
+        self.sample_rate = codec.sample_rate
+        self.fsq = GroupFSQ(FSQConfig())
+        if len(codec.codebook_sizes) != self.fsq.config.num_groups:
+            raise DuetError(f"{self.name} needs a packed-FSQ codec; {codec} has {len(codec.codebook_sizes)} streams")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu") -> "GepardSpeaker":
+        from duet.codecs import load as load_codec
+
+        loaded = load_gepard(path, device=device)
+        return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device))
+
+    def _check(self, text: str, voice: str | None) -> list[str]:
+        if voice is not None and voice not in self.voices:
+            raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
+        pieces = split_sentences(text, self.config.max_chars)
+        if not pieces:
+            raise DuetError("the text is empty")
+        return pieces
+
+    def _sampling(self, seed: int | None, piece: int, **overrides) -> SamplingConfig:
+        cfg = replace(self.config.sampling, **{k: v for k, v in overrides.items() if v is not None})
+        return replace(cfg, seed=None if seed is None else seed + piece)
+
+    def _frames(self, piece: str, sampling: SamplingConfig):
+        ids = encode_prompt(piece, self.tokenizer, language=self.config.language)
+        device = self.model.embed_tokens.weight.device
+        prompt = GepardPrompt(torch.tensor([ids], dtype=torch.long, device=device))  # (1, S)
+        return stream(self.model, prompt, config=sampling, fsq=self.fsq)  # yields (1, G) packed frames
+
+    def stream(self, text: str, *, voice: str | None = None, seed: int | None = None,
+               temperature: float | None = None, top_k: int | None = None,
+               ended: list[str] | None = None) -> Iterator[np.ndarray]:
+        """Audio chunks (float32 (s,)) as frames are decoded; ``ended`` (if given) collects how each piece ended."""
+        pieces = self._check(text, voice)
+        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+        for i, piece in enumerate(pieces):
+            if i:
+                yield gap
+            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k))
+            decoder = self.codec.stream_decoder()
+            pending: list[torch.Tensor] = []
+            for frame in generation:
+                pending.append(frame[:, :, None])  # (1, G, 1)
+                if len(pending) == self.config.chunk_frames:
+                    chunk = decoder.push(torch.cat(pending, dim=-1))[0]
+                    pending = []
+                    if chunk.numel():
+                        yield chunk.numpy()
+            rest = [decoder.push(torch.cat(pending, dim=-1))[0]] if pending else []
+            rest.append(decoder.flush()[0])
+            tail = torch.cat(rest)
+            if tail.numel():
+                yield tail.numpy()
+            if ended is not None:
+                ended.append(generation.result.ended[0])
+
+    def speak(self, text: str, *, voice: str | None = None, seed: int | None = None,
+              temperature: float | None = None, top_k: int | None = None) -> Speech:
+        """The whole utterance at once: each piece's frames decoded in one codec call."""
+        pieces = self._check(text, voice)
+        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+        audio: list[np.ndarray] = []
+        ended: list[str] = []
+        for i, piece in enumerate(pieces):
+            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k))
+            frames = [frame[:, :, None] for frame in generation]  # T x (1, G, 1)
+            ended.append(generation.result.ended[0])
+            if i:
+                audio.append(gap)
+            if frames:
+                audio.append(self.codec.decode(torch.cat(frames, dim=-1)).audio[0].numpy())
+        out = np.concatenate(audio) if audio else np.zeros(0, dtype=np.float32)
+        return Speech(out.astype(np.float32), self.sample_rate, tuple(pieces), tuple(ended))
+
+
+__all__ = ["GepardSpeaker", "SpeakConfig", "STOP"]

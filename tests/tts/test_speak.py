@@ -1,0 +1,102 @@
+"""duet.load / GepardSpeaker / `duet speak` on a randomly initialised tiny Gepard and a tiny duet-fsq codec.
+
+Random weights say nothing about quality; these tests pin the plumbing: seeds, sentence splitting, the length
+bound, streaming equal to one-shot decoding, files written, and one-line errors for bad input.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import duet
+from checkpoint_testing import write_tiny_gepard
+from duet.cli import main
+from duet.errors import DuetError
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return write_tiny_gepard(tmp_path_factory.mktemp("speak"))
+
+
+def _bounded(speaker, frames: int = 6):
+    """Random weights rarely fire the stop head: a small fixed bound keeps generations short and predictable."""
+    from dataclasses import replace
+
+    sampling = replace(speaker.config.sampling, frames_per_token=0.0, margin_frames=frames, stop_threshold=0.999999)
+    speaker.config = replace(speaker.config, sampling=sampling)
+    return speaker
+
+
+def test_load_by_directory_and_speak_is_seeded(model_dir):
+    speaker = _bounded(duet.load(model_dir))
+    a = speaker.speak("Hello there.", seed=3)
+    b = speaker.speak("Hello there.", seed=3)
+    c = speaker.speak("Hello there.", seed=4)
+    spf = speaker.codec.samples_per_frame
+    assert a.sample_rate == speaker.codec.sample_rate and a.audio.dtype == np.float32
+    assert a.audio.shape == (6 * spf,) and a.ended == ("bound",)
+    np.testing.assert_array_equal(a.audio, b.audio)
+    assert not np.array_equal(a.audio, c.audio)
+
+
+def test_long_text_is_spoken_whole_sentence_by_sentence(model_dir):
+    speaker = _bounded(duet.load(model_dir))
+    speech = speaker.speak("Hello there. How are you? Good morning.", seed=0)
+    gap = round(speaker.config.gap_seconds * speech.sample_rate)
+    assert speech.pieces == ("Hello there.", "How are you?", "Good morning.")
+    assert len(speech.ended) == 3
+    assert len(speech.audio) == 3 * 6 * speaker.codec.samples_per_frame + 2 * gap
+
+
+def test_stream_equals_one_shot_decode(model_dir):
+    speaker = _bounded(duet.load(model_dir), frames=30)  # > the decoder look-ahead (8)
+    ended: list[str] = []
+    chunks = list(speaker.stream("The quick brown fox. Good morning.", seed=7, ended=ended))
+    whole = speaker.speak("The quick brown fox. Good morning.", seed=7)
+    assert len(chunks) > 4 and ended == list(whole.ended)
+    np.testing.assert_allclose(np.concatenate(chunks), whole.audio, atol=1e-5)
+
+
+def test_bad_input_is_a_clear_error(model_dir):
+    speaker = duet.load(model_dir)
+    with pytest.raises(DuetError, match="empty"):
+        speaker.speak("   ")
+    with pytest.raises(DuetError, match="unknown voice"):
+        speaker.speak("Hi.", voice="nobody")
+    with pytest.raises(DuetError, match="unknown model"):
+        duet.load("no-such-model")
+
+
+def test_cli_writes_the_file_and_streams(model_dir, tmp_path, capsys):
+    out = tmp_path / "hello.wav"
+    argv = ["speak", "Hello there.", "-o", str(out), "--model", str(model_dir), "--seed", "1"]
+    assert main(argv) == 0
+    audio, sr = sf.read(out)
+    assert sr == 22050 and len(audio) > 0
+    streamed = tmp_path / "streamed.wav"
+    assert main(argv[:3] + [str(streamed)] + argv[4:] + ["--stream"]) == 0
+    assert "first audio after" in capsys.readouterr().out
+    assert sf.info(streamed).frames == len(audio)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["speak", "  ", "-o", "{tmp}/x.wav"], "the text is empty"),
+    (["speak", "Hi.", "-o", "{tmp}/x.wav", "--model", "no-such-model"], "unknown model"),
+    (["speak", "Hi.", "-o", "{tmp}/missing/x.wav"], "does not exist"),
+    (["speak", "Hi.", "-o", "{tmp}/x.mp9"], "use a .wav"),
+    (["speak", "Hi.", "-o", "{tmp}"], "use a .wav"),
+])
+def test_cli_errors_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_cli_unknown_voice(model_dir, tmp_path, capsys):
+    assert main(["speak", "Hi.", "-o", str(tmp_path / "x.wav"), "--model", str(model_dir), "--voice", "x"]) == 2
+    assert "unknown voice" in capsys.readouterr().err
+    assert not (tmp_path / "x.wav").exists()
+    assert json.loads((model_dir / "config.json").read_text())["type"] == "gepard"

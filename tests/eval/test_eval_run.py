@@ -1,5 +1,6 @@
 """`duet eval run` machinery without metric models: resume, bad items, probes, reports, compare, built-in systems."""
 
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -173,8 +174,8 @@ def test_run_dir_refuses_another_model(test_set, tmp_path):
 
 
 def test_registry():
-    with pytest.raises(DuetError, match=r"unknown model 'gepard:ckpt'; known: .*codec.*ground-truth.*mock") as err:
-        load_synthesizer("gepard:ckpt")
+    with pytest.raises(DuetError, match=r"unknown model 'nope:x'; known: .*codec.*gepard.*ground-truth.*mock") as err:
+        load_synthesizer("nope:x")
     assert "\n" not in str(err.value)
     with pytest.raises(DuetError, match="needs a codec"):
         load_synthesizer("codec")
@@ -201,6 +202,17 @@ def test_engine_synthesizer_detects_runaways(test_set, tmp_path):
     # every request got a reference (cloning prompt) and its per-utterance seed
     assert all(r.reference is not None for r in adapter.prefilled)
     assert not synth.engine.alive  # run_eval closed it
+
+
+def test_gepard_from_a_shipped_checkpoint(test_set, tmp_path):
+    from checkpoint_testing import write_tiny_gepard
+
+    synth = load_synthesizer(f"gepard:{write_tiny_gepard(tmp_path / 'ckpt')}", SynthOptions(batch_size=2))
+    synth.params = replace(synth.params, max_frames=3)  # random weights: keep it short
+    res = run_eval(_config(test_set, tmp_path / "gepard", model="gepard-test", limit=2), synth)
+    assert len(res.rows) == 2 and all(r["frames"] == 3 and r["ended"] == "bound" for r in res.rows)
+    with pytest.raises(DuetError, match="unknown model"):
+        load_synthesizer("gepard:no-such-model")
 
 
 def test_codec_resynthesis_keeps_lengths(test_set):

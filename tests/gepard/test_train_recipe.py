@@ -208,3 +208,21 @@ def test_a_fresh_run_refuses_a_directory_that_holds_one(corpus, tmp_path):
     train_gepard(cfg, tmp_path, tokenizer="train-bpe", progress=False)
     with pytest.raises(DuetError, match="already holds a run"):
         train_gepard(cfg, tmp_path, tokenizer="train-bpe", progress=False)
+
+
+def test_init_from_a_shipped_model_starts_from_its_weights_and_tokenizer(corpus, tmp_path):
+    """Warm start on another machine: a new run begins at the export's (fp16) weights with its tokenizer."""
+    cfg = _recipe(corpus, max_steps=3)
+    train_gepard(cfg, tmp_path / "a", tokenizer="train-bpe", progress=False)
+    shipped = export_gepard(tmp_path / "a", tmp_path / "shipped", best=False)
+    # A vanishing learning rate (and no weight decay) leaves the weights where the warm start put them.
+    zero = replace(cfg, loop=replace(cfg.loop, lr=1e-30, warmup_steps=0, weight_decay=0.0))
+    train_gepard(zero, tmp_path / "b", stop_at_step=1, progress=False, init_from=shipped)
+    warm = load_weights(latest_checkpoint(tmp_path / "b"), "model")
+    want = load_gepard(shipped).model.state_dict()
+    for k in want:
+        torch.testing.assert_close(warm[k], want[k], rtol=0, atol=1e-20)
+    assert (tmp_path / "b" / "tokenizer.json").read_bytes() == (shipped / "tokenizer.json").read_bytes()
+    other = replace(cfg, model=replace(cfg.model, name="other", audio_embed_dim=4))
+    with pytest.raises(DuetError, match="cannot warm-start"):
+        train_gepard(other, tmp_path / "c", progress=False, init_from=shipped)

@@ -256,7 +256,14 @@ def _mock(arg: str | None, options: SynthOptions) -> Synthesizer:
     return EngineSynthesizer(MockAdapter(), options)
 
 
-_REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock}
+def _gepard(arg: str | None, options: SynthOptions) -> Synthesizer:
+    from duet.serve.gepard_adapter import load_gepard_adapter
+
+    return EngineSynthesizer(load_gepard_adapter(arg or "gepard-tiny"), options)
+
+
+_REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock,
+                                      "gepard": _gepard}
 _ALIASES = {"gt": "ground-truth"}
 
 
@@ -272,7 +279,8 @@ def known_models() -> list[str]:
 
 
 def load_synthesizer(spec: str, options: SynthOptions = SynthOptions()) -> Synthesizer:
-    """``"ground-truth"``, ``"codec:duet-fsq"``, ``"mock"``, or a name given to :func:`register_synthesizer`."""
+    """``"ground-truth"``, ``"codec:duet-fsq"``, ``"mock"``, ``"gepard[:NAME|DIR]"`` (default gepard-tiny), or a
+    name given to :func:`register_synthesizer`."""
     name, _, arg = spec.partition(":")
     name = _ALIASES.get(name, name)
     factory = _REGISTRY.get(name)

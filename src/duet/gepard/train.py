@@ -132,8 +132,13 @@ def _prepare_tokenizer(spec: str | None, run_dir: Path, cfg: GepardTrainConfig, 
 
 def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenizer: str | None = None,
                  resume: bool = False, stop_at_step: int | None = None, max_minutes: float | None = None,
-                 threads: int | None = None, progress: bool = True) -> LoopResult:
-    """Train (or resume) Gepard in ``run_dir``; ``cfg`` may be None on resume (the run's config is used)."""
+                 threads: int | None = None, progress: bool = True,
+                 init_from: str | Path | None = None) -> LoopResult:
+    """Train (or resume) Gepard in ``run_dir``; ``cfg`` may be None on resume (the run's config is used).
+
+    ``init_from`` (a shipped model name or directory) warm-starts a new run from its fp16 weights and tokenizer,
+    with fresh optimizer state: how training continues on another machine, where only the export travels.
+    """
     from duet.text import get_tokenizer
 
     run_dir = Path(run_dir)
@@ -145,6 +150,16 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
         raise DuetError("Gepard training needs --shards (encoded codes) and --manifest (their corpus)")
     if threads:
         torch.set_num_threads(threads)
+    shipped = None
+    if init_from is not None and not resume:
+        from duet.gepard.checkpoint import load_gepard
+        from duet.tts import resolve_model
+
+        shipped = load_gepard(resolve_model(init_from))
+        if shipped.model.config != cfg.model:
+            raise DuetError(f"{init_from} is a different model ({shipped.model.config.name}) than the run's "
+                            f"{cfg.model.name}; cannot warm-start")
+        tokenizer = str(shipped.path / "tokenizer.json")
     env = setup_distributed(cfg.loop.device)
     try:
         if not resume and latest_checkpoint(run_dir) is not None:  # every rank sees it: none waits for another
@@ -172,11 +187,14 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
                   f"utterances", file=sys.stderr)
         torch.manual_seed(cfg.loop.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
         model = GepardModel(cfg.model)
+        if shipped is not None:
+            model.load_state_dict(shipped.model.state_dict())
         from duet.data.shards import CodeShards
 
         shards = CodeShards(cfg.shards)
         extra = {"recipe": "gepard-pretrain", "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
-                 "train_utterances": len(data), "train_frames": data.frames}
+                 "train_utterances": len(data), "train_frames": data.frames,
+                 "init_from": str(init_from) if shipped is not None else None}
         return train(model, GepardPretrain(), data, cfg.loop, run_dir, val_batches=val, resume=resume,
                      stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
                      title=f"{cfg.model.name} ({run_dir.name})")
@@ -233,6 +251,8 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bpe-vocab", type=int, default=None, help="BPE bytes + merges for train-bpe (default 2048)")
     p.add_argument("--out", required=True, help="run directory, e.g. runs/gepard-tiny")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--init-from", default=None,
+                   help="warm-start a new run from a shipped model (name or directory): weights and tokenizer")
     p.add_argument("--steps", type=int, default=None, help="schedule length in optimizer steps (cosine end)")
     p.add_argument("--stop-at", type=int, default=None, help="stop this invocation at this step")
     p.add_argument("--minutes", type=float, default=None, help="stop this invocation after so many minutes")
@@ -302,7 +322,8 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig | None:
 def _run_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     result = train_gepard(cfg, args.out, tokenizer=args.tokenizer, resume=args.resume, stop_at_step=args.stop_at,
-                          max_minutes=args.minutes, threads=args.threads, progress=not args.quiet)
+                          max_minutes=args.minutes, threads=args.threads, progress=not args.quiet,
+                          init_from=args.init_from)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, one summary line
         return 0
     last = ", ".join(f"{k} {v:.4f}" for k, v in result.last.items())

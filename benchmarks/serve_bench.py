@@ -1,10 +1,16 @@
-"""Streaming speech through ``duet serve`` at several concurrencies, measured from the client's side, in one run.
+"""Streaming speech through ``duet serve`` at several concurrencies, measured from the client's side, in one run;
+and, on request, Gepard's decode step against the memory roofline, and a soak test of one server.
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py [--streams 1 4 16] [--frames 64]
         [--models mock gepard-tiny] [--engine builtin|vllm|both]
+    PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --roofline [--device cpu|cuda]
+        [--roofline-dtype float32|bfloat16] [--roofline-steps 32]
+    PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --soak 60 --soak-streams 64 [--frames 64]
 
-For each engine, model and concurrency N, a fresh server process runs on 127.0.0.1 (``--engine builtin``: duet's
-own continuous-batching engine; ``--engine vllm``: ``duet serve --engine vllm`` in the venv named by
+With no ``--roofline`` or ``--soak`` the run is the concurrency sweep; with either, it is just those measurements.
+
+Sweep. For each engine, model and concurrency N, a fresh server process runs on 127.0.0.1 (``--engine builtin``:
+duet's own continuous-batching engine; ``--engine vllm``: ``duet serve --engine vllm`` in the venv named by
 ``DUET_VLLM_PYTHON``, Gepard only), gets one warm-up request, then N clients post at once and stream raw PCM
 (``stream_format="audio"``). Every utterance is exactly ``--frames`` frames (``max_frames`` with a stop threshold the
 random stop head never crosses), so all rows do the same work. Per stream:
@@ -18,6 +24,30 @@ Models: ``mock`` (uniform logits, a toy codec: the serving stack's own overhead)
 weights (``duet.gepard.config.gepard_tiny``, 5.5M parameters) and the duet FSQ codec (the shipped ``duet-fsq`` if
 present, else random weights of the same shape: the same compute). Load goes to loopback only, bounded by
 ``--streams`` and ``--frames``.
+
+Roofline (``--roofline``), in this process, no server: Gepard's single-stream decode step is memory-bound (batch 1:
+every weight is read once per frame for ~2 FLOPs), so its floor is the time to stream the weights from memory.
+
+- weight bytes: the parameters one decode step reads, i.e. all of ``--roofline-preset`` (default ``gepard-500m``,
+  random weights, ``--roofline-dtype`` on ``--device``) except the text embedding table, which a decode step does
+  not touch (it embeds an audio frame). The KV cache it also reads (a 16-token prompt + the steps, well under 1% of
+  the weights) is left out, so the ideal is a slight under-estimate;
+- bandwidth: the median over ``--roofline-copies`` copies of a ``--roofline-copy-mb`` float32 tensor into another
+  (``dst.copy_(src)``, torch's own threads, after two warm-up copies), counted STREAM-style as bytes read + bytes
+  written (2 x size) per copy time. It is measured in the same run, so it sees the same machine load;
+- ideal step = weight bytes / bandwidth; measured step = the median wall time of ``--roofline-steps`` KV-cached
+  ``GepardModel.step`` calls (batch 1, after ``--roofline-warmup`` steps and a prefill of a 16-token prompt,
+  ``torch.inference_mode()``, the device synchronised around each step); ratio = measured / ideal (the issue's
+  target: at most 1.5x).
+
+Soak (``--soak SECONDS --soak-streams N``): one builtin-engine server with gepard-tiny (random weights, as in the
+sweep; batch limit N), one warm-up round of N concurrent streams, then N clients each loop for SECONDS (post a
+``--frames`` request, stream it to the end, repeat; requests in flight at the deadline finish). Reported: requests
+completed; errors (a non-200 answer, a broken stream, or a stream whose audio length differs from the warm-up's);
+x real time, TTFA p50/p95 and underruns over the completed requests; and the server process's resident memory
+(``VmRSS`` in ``/proc/PID/status``) at the start (after the warm-up), at the end (all clients done) and its peak
+(sampled each second), with growth = end / start - 1 (the issue's target: 0 errors and growth under 10% for 60 s at
+64 streams).
 """
 
 from __future__ import annotations
@@ -97,6 +127,12 @@ def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: i
     engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=max_batch, max_waiting=256,
                                                                      cache_budget_bytes=4 * 1024**3)))
     uvicorn.run(create_app(engine, ServeConfig()), host="127.0.0.1", port=port, log_level="warning")
+
+
+def builtin_argv(model: str, checkpoint: Path | None, codec: Path | None, port: int, max_batch: int) -> list[str]:
+    """The command line of a builtin-engine server process (this script with ``--_serve``)."""
+    return [sys.executable, __file__, "--streams", str(max_batch), "--_serve", model, str(checkpoint), str(codec),
+            str(port)]
 
 
 def free_port() -> int:
@@ -198,57 +234,273 @@ def print_table(rows: list[dict]) -> None:
               f"{r['underruns']} |")
 
 
+# --- the soak test ---------------------------------------------------------------------------------------------------
+
+
+def rss_bytes(pid: int) -> int | None:
+    """A process's resident memory (``VmRSS``), or None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
+async def sample_rss(pid: int, samples: list[int], every: float = 1.0) -> None:
+    """Append ``pid``'s resident memory to ``samples`` every ``every`` seconds until cancelled."""
+    while True:
+        rss = rss_bytes(pid)
+        if rss is not None:
+            samples.append(rss)
+        await asyncio.sleep(every)
+
+
+async def soak_client(client: httpx.AsyncClient, server: Server, frames: int, expect_s: float, deadline: float,
+                      first_seed: int, results: list[StreamResult], errors: list[str]) -> None:
+    """One client: post, stream to the end, repeat until ``deadline``; a stream of the wrong length is an error."""
+    seed = first_seed
+    while time.perf_counter() < deadline:
+        seed += 1
+        try:
+            r = await one_stream(client, server, frames, seed)
+        except (httpx.HTTPError, RuntimeError) as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            await asyncio.sleep(0.1)  # a dead server is not hammered in a tight loop
+            continue
+        if r.audio_s != expect_s:
+            errors.append(f"stream of {r.audio_s:.3f} s, expected {expect_s:.3f} s")
+        else:
+            results.append(r)
+
+
+async def soak(server: Server, n: int, frames: int, seconds: float) -> dict:
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    async with httpx.AsyncClient(base_url=server.url, timeout=600, limits=limits) as client:
+        warm = await asyncio.gather(*(one_stream(client, server, frames, seed=i) for i in range(n)))
+        expect_s = warm[0].audio_s
+        start_rss = rss_bytes(server.proc.pid)
+        samples: list[int] = []
+        sampler = asyncio.create_task(sample_rss(server.proc.pid, samples))
+        results: list[StreamResult] = []
+        errors: list[str] = []
+        t0 = time.perf_counter()
+        await asyncio.gather(*(soak_client(client, server, frames, expect_s, t0 + seconds, 1_000_000 * (i + 1),
+                                           results, errors) for i in range(n)))
+        wall = time.perf_counter() - t0
+        sampler.cancel()
+        end_rss = rss_bytes(server.proc.pid)
+    ttfa = [r.ttfa_s * 1000 for r in results] or [float("nan")]
+    mb = 1024**2
+    return {"streams": n, "frames": frames, "seconds": seconds, "wall_s": wall, "completed": len(results),
+            "errors": len(errors), "error_samples": sorted(set(errors))[:5],
+            "x_realtime": sum(r.audio_s for r in results) / wall, "ttfa_p50_ms": pct(ttfa, 0.5),
+            "ttfa_p95_ms": pct(ttfa, 0.95), "underruns": sum(r.underruns for r in results),
+            "rss_start_mb": start_rss / mb if start_rss else None, "rss_end_mb": end_rss / mb if end_rss else None,
+            "rss_peak_mb": max(samples + [start_rss or 0, end_rss or 0]) / mb,
+            "rss_growth_pct": 100 * (end_rss / start_rss - 1) if start_rss and end_rss else None}
+
+
+def print_soak(r: dict) -> None:
+    def num(value: float | None, fmt: str) -> str:
+        return "n/a" if value is None else format(value, fmt)
+
+    head = ("streams", "seconds", "completed", "errors", "x real time", "TTFA p50 ms", "TTFA p95 ms", "underruns",
+            "RSS start MB", "RSS end MB", "RSS peak MB", "RSS growth")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    print(f"| {r['streams']} | {r['wall_s']:.1f} | {r['completed']} | {r['errors']} | {r['x_realtime']:.2f} | "
+          f"{r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | {r['underruns']} | {num(r['rss_start_mb'], '.0f')} | "
+          f"{num(r['rss_end_mb'], '.0f')} | {r['rss_peak_mb']:.0f} | {num(r['rss_growth_pct'], '+.1f')}% |")
+    for e in r["error_samples"]:
+        print(f"error: {e}", file=sys.stderr)
+
+
+# --- the roofline ----------------------------------------------------------------------------------------------------
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device, size_mb: int, copies: int) -> float:
+    """Bytes per second of ``dst.copy_(src)`` on a ``size_mb`` float32 tensor: (read + written) / median time."""
+    import torch
+
+    src = torch.ones(size_mb * 1024**2 // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(copies + 2):  # the first two warm up (page faults, allocator)
+        synchronize(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        synchronize(device)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return 2 * src.nbytes / statistics.median(times)
+
+
+def step_weight_bytes(model) -> tuple[int, int]:
+    """(parameters, bytes) a decode step reads: every parameter but the text embedding table."""
+    skip = model.embed_tokens.weight
+    params = [p for p in model.parameters() if p is not skip]
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
+
+
+def decode_step_times(model, device, steps: int, warmup: int, prompt_tokens: int = 16) -> list[float]:
+    """Wall seconds of ``steps`` batch-1 KV-cached ``GepardModel.step`` calls after a prefill and ``warmup`` steps."""
+    import torch
+
+    from duet.gepard.model import NUM_SERVICE_TOKENS, GepardPrompt
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.embed_tokens.num_embeddings
+    text_ids = torch.randint(0, vocab, (1, prompt_tokens + NUM_SERVICE_TOKENS), generator=gen).to(device)
+    frame = torch.zeros(1, model.config.num_channels, dtype=torch.long, device=device)  # code 0: valid everywhere
+    times = []
+    with torch.inference_mode():
+        _, cache = model.prefill(GepardPrompt(text_ids))
+        for i in range(warmup + steps):
+            synchronize(device)
+            t0 = time.perf_counter()
+            model.step(frame, cache)
+            synchronize(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    return times
+
+
+def roofline(preset_name: str, device_name: str, dtype_name: str, steps: int, warmup: int, copy_mb: int,
+             copies: int) -> dict:
+    import torch
+
+    from duet.gepard.config import preset
+    from duet.gepard.model import GepardModel
+
+    device = torch.device(device_name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device visible to torch")
+    dtype = getattr(torch, dtype_name)
+    torch.manual_seed(0)
+    model = GepardModel(preset(preset_name)).eval().to(device=device, dtype=dtype)
+    params, weight_bytes = step_weight_bytes(model)
+    step_s = statistics.median(decode_step_times(model, device, steps, warmup))
+    del model
+    bandwidth = copy_bandwidth(device, copy_mb, copies)
+    ideal_s = weight_bytes / bandwidth
+    return {"model": preset_name, "device": str(device), "dtype": dtype_name, "threads": torch.get_num_threads(),
+            "step_params": params, "weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
+            "ideal_step_ms": 1000 * ideal_s, "step_ms": 1000 * step_s, "ratio": step_s / ideal_s, "steps": steps}
+
+
+def print_roofline(r: dict) -> None:
+    head = ("model", "device", "dtype", "threads", "weights/step MB", "bandwidth GB/s", "ideal step ms",
+            "step p50 ms", "measured/ideal")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    print(f"| {r['model']} | {r['device']} | {r['dtype']} | {r['threads']} | {r['weight_bytes'] / 1e6:.0f} | "
+          f"{r['bandwidth_gb_s']:.1f} | {r['ideal_step_ms']:.1f} | {r['step_ms']:.1f} | {r['ratio']:.2f}x |")
+
+
+def run_sweep(args: argparse.Namespace, root: Path) -> list[dict]:
+    engines = ["builtin", "vllm"] if args.engine == "both" else [args.engine]
+    vllm_python = os.environ.get("DUET_VLLM_PYTHON", "")
+    if "vllm" in engines and not (vllm_python and os.access(vllm_python, os.X_OK)):
+        print("vllm: skipped (set DUET_VLLM_PYTHON to a venv made by scripts/setup_vllm_cpu.sh)", file=sys.stderr)
+        engines.remove("vllm")
+    max_batch = max(args.streams)
+    checkpoint, codec, note = make_gepard_tiny(root) if "gepard-tiny" in args.models else (None, None, "")
+    if note:
+        print(f"gepard-tiny: random weights, {note}", file=sys.stderr)
+    rows: list[dict] = []
+    for engine in engines:
+        for model in args.models:
+            if engine == "vllm" and model == "mock":
+                continue  # vLLM serves Gepard only
+            for n in args.streams:
+                port = free_port()
+                if engine == "builtin":
+                    argv = builtin_argv(model, checkpoint, codec, port, max_batch)
+                else:
+                    argv = [vllm_python, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", "gepard",
+                            "--checkpoint", str(checkpoint), "--codec", str(codec), "--port", str(port),
+                            "--max-batch", str(max_batch), "--log-level", "warning"]
+                server = Server(argv, port, root / f"{engine}-{model}-{n}.log")
+                try:
+                    frame_rate = 50.0 if model == "mock" else 22050 / 1024
+                    results, wall = asyncio.run(concurrent(server, n, args.frames))
+                    rows.append(row(engine, model, n, results, wall, frame_rate))
+                    print(f"{engine} {model} x{n}: done in {wall:.1f} s", file=sys.stderr)
+                finally:
+                    server.close()
+    return rows
+
+
+def run_soak(args: argparse.Namespace, root: Path) -> dict:
+    checkpoint, codec, note = make_gepard_tiny(root)
+    print(f"gepard-tiny: random weights, {note}", file=sys.stderr)
+    port = free_port()
+    server = Server(builtin_argv("gepard-tiny", checkpoint, codec, port, args.soak_streams), port, root / "soak.log")
+    try:
+        return asyncio.run(soak(server, args.soak_streams, args.frames, args.soak))
+    finally:
+        server.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--frames", type=int, default=64, help="frames per utterance (gepard: 21.5 per second)")
     p.add_argument("--models", nargs="+", default=["mock", "gepard-tiny"], choices=["mock", "gepard-tiny"])
     p.add_argument("--engine", choices=["builtin", "vllm", "both"], default="builtin")
-    p.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
+    p.add_argument("--out", type=Path, default=None,
+                   help="also write the results as JSON here (the sweep: its rows; else roofline and/or soak)")
+    p.add_argument("--roofline", action="store_true", help="time Gepard's decode step against weight bytes / bandwidth")
+    p.add_argument("--roofline-preset", default="gepard-500m", help="Gepard preset for --roofline")
+    p.add_argument("--roofline-dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--device", default="cpu", help="torch device for --roofline (cpu, cuda, cuda:1, ...)")
+    p.add_argument("--roofline-steps", type=int, default=32, help="timed decode steps (median reported)")
+    p.add_argument("--roofline-warmup", type=int, default=4, help="untimed decode steps first")
+    p.add_argument("--roofline-copy-mb", type=int, default=512, help="size of the tensor copied for the bandwidth")
+    p.add_argument("--roofline-copies", type=int, default=10, help="timed copies (median reported)")
+    p.add_argument("--soak", type=float, default=0, metavar="SECONDS", help="soak one gepard-tiny server this long")
+    p.add_argument("--soak-streams", type=int, default=64, help="concurrent streaming clients during --soak")
     p.add_argument("--_serve", nargs=4, metavar=("MODEL", "CHECKPOINT", "CODEC", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    max_batch = max(args.streams)
     if args._serve:
         model, checkpoint, codec, port = args._serve
-        serve_builtin(model, checkpoint, codec, int(port), max_batch)
+        serve_builtin(model, checkpoint, codec, int(port), max(args.streams))
         return 0
 
-    engines = ["builtin", "vllm"] if args.engine == "both" else [args.engine]
-    vllm_python = os.environ.get("DUET_VLLM_PYTHON", "")
-    if "vllm" in engines and not (vllm_python and os.access(vllm_python, os.X_OK)):
-        print("vllm: skipped (set DUET_VLLM_PYTHON to a venv made by scripts/setup_vllm_cpu.sh)", file=sys.stderr)
-        engines.remove("vllm")
+    sweep = not (args.roofline or args.soak > 0)  # the sweep is the default measurement, the others on request
+    results: dict = {}
     rows: list[dict] = []
+    if args.roofline:
+        results["roofline"] = roofline(args.roofline_preset, args.device, args.roofline_dtype, args.roofline_steps,
+                                       args.roofline_warmup, args.roofline_copy_mb, args.roofline_copies)
     with tempfile.TemporaryDirectory(prefix="duet-serve-bench-") as tmp:
-        root = Path(tmp)
-        checkpoint, codec, note = make_gepard_tiny(root) if "gepard-tiny" in args.models else (None, None, "")
-        if note:
-            print(f"gepard-tiny: random weights, {note}", file=sys.stderr)
-        for engine in engines:
-            for model in args.models:
-                if engine == "vllm" and model == "mock":
-                    continue  # vLLM serves Gepard only
-                for n in args.streams:
-                    port = free_port()
-                    if engine == "builtin":
-                        argv = [sys.executable, __file__, "--streams", str(max_batch), "--_serve", model,
-                                str(checkpoint), str(codec), str(port)]
-                    else:
-                        argv = [vllm_python, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", "gepard",
-                                "--checkpoint", str(checkpoint), "--codec", str(codec), "--port", str(port),
-                                "--max-batch", str(max_batch), "--log-level", "warning"]
-                    server = Server(argv, port, root / f"{engine}-{model}-{n}.log")
-                    try:
-                        frame_rate = 50.0 if model == "mock" else 22050 / 1024
-                        results, wall = asyncio.run(concurrent(server, n, args.frames))
-                        rows.append(row(engine, model, n, results, wall, frame_rate))
-                        print(f"{engine} {model} x{n}: done in {wall:.1f} s", file=sys.stderr)
-                    finally:
-                        server.close()
-    print(f"\n{args.frames} frames per stream; TTFA includes the codec's lookahead; RTF < 1 is faster than real time.")
-    print_table(rows)
+        if args.soak > 0:
+            results["soak"] = run_soak(args, Path(tmp))
+        if sweep:
+            rows = run_sweep(args, Path(tmp))
+    if "roofline" in results:
+        print(f"\nroofline: batch-1 decode step vs weight bytes / copy bandwidth (read + written); "
+              f"median of {args.roofline_steps} steps; target <= 1.5x.")
+        print_roofline(results["roofline"])
+    if "soak" in results:
+        print(f"\nsoak: {args.soak_streams} streams looping {args.frames}-frame requests for {args.soak:g} s; "
+              "target: 0 errors, RSS growth < 10%.")
+        print_soak(results["soak"])
+    if sweep:
+        print(f"\n{args.frames} frames per stream; TTFA includes the codec's lookahead; "
+              "RTF < 1 is faster than real time.")
+        print_table(rows)
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+        args.out.write_text(json.dumps(rows if sweep else results, indent=2) + "\n")
     return 0
 
 

@@ -34,8 +34,7 @@ from duet.errors import DuetError, MissingDependency
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
 from duet.serve.sampling import SamplingParams
-from duet.serve.vllm.frames import STOP_ID, FrameBank, create_bank_file
-from duet.serve.vllm.sampler import EXTRA_KEY
+from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, FrameBank, create_bank_file
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 STOP_ID = 0  # the token id that ends a request: vLLM is told it is a stop token
+EXTRA_KEY = "duet"  # the key of duet's per-request sampling parameters in vLLM's SamplingParams.extra_args
 STAMP = 2  # columns after the codes: request key, frame index
 
 

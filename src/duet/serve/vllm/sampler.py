@@ -29,9 +29,7 @@ from vllm.v1.sample.logits_processor.interface import MoveDirectionality
 
 from duet.gepard.heads import pad_channels
 from duet.serve.sampling import SamplingParams, sample_frames
-from duet.serve.vllm.frames import STOP_ID, bank_for
-
-EXTRA_KEY = "duet"
+from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, bank_for
 
 
 @dataclass(eq=False)

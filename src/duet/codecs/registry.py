@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from duet.codecs.config_io import from_dict, to_dict
+from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 
 KNOWN = ("duet-fsq", "duet-rvq")

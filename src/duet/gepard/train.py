@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from duet.codecs.config_io import from_dict, to_dict
+from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 from duet.gepard.checkpoint import save_gepard
 from duet.gepard.config import PRESETS, GepardConfig, preset

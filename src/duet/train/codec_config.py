@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from duet.codecs import registry
-from duet.codecs.config_io import from_dict, to_dict
+from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 from duet.train.objectives.codec import SpectralLossConfig
 from duet.train.objectives.discriminators import DiscriminatorConfig

@@ -1,4 +1,4 @@
-"""Graceful stops: SIGTERM / SIGINT set a flag that a training loop checks after each step, so it can write a
+"""Graceful stops (both training loops): SIGTERM / SIGINT set a flag that a training loop checks after each step, so it can write a
 checkpoint and exit cleanly (``kill PID`` never loses more than the current step)."""
 
 from __future__ import annotations

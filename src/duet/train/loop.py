@@ -56,7 +56,6 @@ import contextlib
 import math
 import os
 import random
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -70,6 +69,7 @@ from torch import nn
 
 from duet.errors import DuetError
 from duet.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from duet.train.interrupt import StopOnSignal
 from duet.train.metrics import MetricsLog, read_metrics
 from duet.train.plots import plot_metrics
 from duet.train.schedule import warmup_cosine
@@ -305,29 +305,6 @@ def _set_rng_state(state: dict[str, Any], device: torch.device, generators: Mapp
             gen.set_state(torch.tensor(state["generators"][name], dtype=torch.uint8))
 
 
-class StopFlag:
-    """SIGTERM / SIGINT set a flag; the loop checkpoints and exits after the current step."""
-
-    def __init__(self):
-        self.stop = False
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> "StopFlag":
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread: no handlers
-                pass
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.stop = True
-
-    def __exit__(self, *exc) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
 # ---- the loop ------------------------------------------------------------------------------------------------------
 
 
@@ -443,7 +420,7 @@ def _train(model, objective, data, cfg, run_dir, env, *, val_batches, resume, st
     stopped = "end" if end == cfg.max_steps else "stop_at"
     plan: Sequence[Any] | None = None
     plan_epoch = -1
-    with StopFlag() as flag:
+    with StopOnSignal() as flag:
         while step < end:
             if plan_epoch != epoch:
                 plan, plan_epoch = data.epoch(epoch), epoch

@@ -235,3 +235,18 @@ def test_metrics_count_requests_after_traffic(api):
     for line in text.splitlines():  # every sample line is "name{labels} number"
         if line and not line.startswith("#"):
             float(line.rsplit(" ", 1)[1])
+
+
+def test_adapter_close_runs_when_the_server_stops():
+    """Adapters that own processes (the vLLM one) get ``close()`` on shutdown, after the engine has stopped."""
+    closed = []
+
+    class Closing(MockAdapter):
+        def close(self):
+            closed.append(engine.alive)
+
+    engine = Engine(Closing(MOCK), EngineConfig())
+    with TestClient(create_app(engine, ServeConfig())) as client:
+        assert client.get("/health").status_code == 200
+        assert closed == []
+    assert closed == [False]

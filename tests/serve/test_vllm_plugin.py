@@ -176,14 +176,31 @@ def test_duet_serve_engine_vllm(tiny):
             assert list(pool.map(stream, range(4))) == [(200, 30)] * 4
         metrics = httpx.get(f"{url}/metrics").text
         assert "duet_active_streams 0" in metrics and "duet_engine_running 0" in metrics
-    finally:
+        children = child_pids(proc.pid)  # vLLM's engine-core process among them
+        assert children
         proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
+        proc.wait(60)
+        time.sleep(2)
+        assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "vLLM processes outlived the server"
+    finally:
+        if proc.poll() is None:
             proc.kill()
             proc.wait(30)
         log.close()
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
 
 
 def test_vllm_is_imported_only_when_a_model_is_loaded():

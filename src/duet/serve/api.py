@@ -127,6 +127,9 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
         engine.start()
         yield
         engine.stop()
+        close = getattr(adapter, "close", None)  # adapters that own processes (vLLM) release them here
+        if close is not None:
+            close()
 
     app = FastAPI(title="duet", summary="OpenAI-compatible text-to-speech", lifespan=lifespan)
     app.state.engine, app.state.metrics, app.state.config = engine, metrics, config

@@ -262,6 +262,10 @@ class VLLMGepardAdapter:
     def release(self, state: _State) -> None:
         self.vllm.abort(state.vreq)
 
+    def close(self) -> None:
+        """Shut vLLM's engine-core process down (the server calls this on exit; nothing is left running)."""
+        self.vllm.close()
+
 
 def load_vllm_adapter(model_dir: str, codec: str | None = None, config: VLLMConfig = VLLMConfig(),
                       name: str = "gepard") -> VLLMGepardAdapter:

@@ -1,82 +1,21 @@
-"""A fake corpus for the Gepard recipe tests: WAVs + manifest, encoded into real code shards by a fake FSQ codec.
-
-The codec is a stand-in with the GroupFSQ shape (8 groups of 2016 codes, Gepard §2.3); its codes are a hash of
-the audio, so every utterance gets different, reproducible codes, written through ``duet.data.shards`` exactly as
-``duet data encode`` writes them.
-"""
+"""A fake corpus for the Gepard recipe tests (``tests/corpus_testing.py``), encoded by a fake FSQ codec with the
+GroupFSQ shape (8 groups of 2016 codes, Gepard §2.3) at 40 frames per second."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from duet.codecs.base import EncodeResult
-from duet.data.manifest import Utterance, write_manifest
-from duet.data.shards import encode_corpus
+from corpus_testing import MISSING, UTTERANCES, HashCodec
+from corpus_testing import write_corpus as write_any_corpus
 from duet.gepard.config import GepardConfig
 from duet.nn.backbone import BackboneConfig
 
-SAMPLE_RATE = 8000
-SAMPLES_PER_FRAME = 200  # 40 frames per second
-
-# (id, text, language, split, frames)
-UTTERANCES = [
-    ("slt-001", "The quick brown fox jumps over the lazy dog.", "en", "train", 14),
-    ("slt-002", "I have 3 cats and 2 dogs.", "en", "train", 12),
-    ("slt-003", "Yes.", "en", "train", 5),
-    ("slt-004", "Hello there!", "en", "train", 6),
-    ("slt-005", "She sells sea shells by the sea shore.", "en", "train", 13),
-    ("slt-006", "Dr. Smith paid $4.50 for coffee.", "en", "train", 12),
-    ("kal-001", "No.", "en", "train", 4),
-    ("kal-002", "A stitch in time saves nine.", "en", "train", 10),
-    ("kal-003", "Good morning, how are you today?", "en", "train", 11),
-    ("kal-004", "Where is the station?", "en", "train", 8),
-    ("kal-005", "Thank you.", "en", "train", 5),
-    ("kal-006", "This one is far too long to keep in a batch of this budget.", "en", "train", 120),
-    ("esp-001", "Hola, buenos dias.", "es", "train", 7),
-    ("esp-002", "Tengo 3 gatos.", "es", "train", 7),
-    ("slt-101", "Please call me back later.", "en", "val", 9),
-    ("kal-101", "Okay.", "en", "val", 4),
-    ("slt-201", "The test sentence stays hidden.", "en", "test", 9),
-]
-MISSING = ("slt-007", "This one was never encoded.", "en", "train", 9)
-
-
-class HashFSQCodec:
-    """Encode-only fake FSQ codec: packed code (g, t) = a hash of frame t's samples, in 0 .. 2015."""
-
-    sample_rate = SAMPLE_RATE
-    frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
-    codebook_sizes = (2016,) * 8
-
-    def encode(self, audio: torch.Tensor, lengths: torch.Tensor | None = None) -> EncodeResult:
-        lengths = lengths if lengths is not None else torch.full((audio.shape[0],), audio.shape[1])
-        frames = (lengths + SAMPLES_PER_FRAME - 1) // SAMPLES_PER_FRAME
-        t_max = int(frames.max())
-        x = torch.nn.functional.pad(audio, (0, t_max * SAMPLES_PER_FRAME - audio.shape[1]))
-        x = x.view(audio.shape[0], t_max, SAMPLES_PER_FRAME)[..., :8].abs()  # (B, T, 8)
-        codes = ((x * 1e5).long() % 2016).transpose(1, 2).contiguous()  # (B, G=8, T)
-        return EncodeResult(codes, frames)
+__all__ = ["MISSING", "UTTERANCES", "small_config", "write_corpus"]
 
 
 def write_corpus(root: Path) -> tuple[Path, Path]:
     """-> (manifest path, shards dir). The ``MISSING`` utterance is in the manifest but has no codes."""
-    import soundfile as sf
-
-    rng = np.random.default_rng(0)
-    utts = []
-    for uid, text, lang, split, frames in UTTERANCES + [MISSING]:
-        n = frames * SAMPLES_PER_FRAME - 37  # a partial last frame
-        rel = f"wavs/{uid}.wav"
-        (root / "wavs").mkdir(parents=True, exist_ok=True)
-        sf.write(str(root / rel), 0.3 * rng.standard_normal(n).clip(-3, 3) / 3, SAMPLE_RATE, subtype="PCM_16")
-        utts.append(Utterance(uid, text, lang, uid.split("-")[0], rel, n / SAMPLE_RATE, "fake", split))
-    encoded = write_manifest(root / "encoded.jsonl", utts[:-1])
-    encode_corpus(HashFSQCodec(), encoded, root / "codes", shard_size=6, batch_size=4, codec_name="hash-fsq",
-                  progress=False)
-    return write_manifest(root / "manifest.jsonl", utts), root / "codes"
+    return write_any_corpus(root, HashCodec((2016,) * 8, samples_per_frame=200), "hash-fsq")
 
 
 def small_config(vocab_size: int = 512) -> GepardConfig:

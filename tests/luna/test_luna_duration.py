@@ -156,3 +156,32 @@ def test_predictor_init_from_qwen3_checkpoint(tmp_path, tiny):
     for name, tensor in tiny.model.state_dict().items():
         assert torch.equal(tensor, qwen.model.state_dict()[name])
     assert torch.equal(tiny.head.weight, head_before)  # the bin head stays new
+
+
+def test_spread_frames_matches_loop_and_adds_up():
+    import random
+    from fractions import Fraction
+
+    from duet.luna.duration import spread_frames
+
+    rng = random.Random(0)
+    for _ in range(200):
+        weights = [rng.choice([0, 0, 1, 2, 3, 5, 9]) for _ in range(rng.randint(1, 12))]
+        if not sum(weights):
+            weights[0] = 1
+        frames = rng.randint(0, 300)
+        got = spread_frames(weights, frames)
+        total, running, prev, naive = sum(weights), 0, 0, []
+        for w in weights:  # boundaries at round-half-up(frames * running / total), in exact fractions
+            running += w
+            boundary = math.floor(Fraction(frames * running, total) + Fraction(1, 2))
+            naive.append(boundary - prev)
+            prev = boundary
+        assert got == naive and sum(got) == frames
+        assert all(d == 0 for d, w in zip(got, weights) if w == 0)
+        assert all(abs(d - frames * w / total) <= 1 for d, w in zip(got, weights))
+    assert spread_frames([3, 1], 8) == [6, 2] and spread_frames([1, 1, 1], 2) == [1, 0, 1]
+    with pytest.raises(DuetError, match="all 0"):
+        spread_frames([0, 0], 5)
+    with pytest.raises(DuetError, match=">= 0"):
+        spread_frames([1, -1], 5)

@@ -10,6 +10,8 @@
     build.py          render what is missing on all cores, then manifest.jsonl + summary.{md,json}
     manifest.py       the JSONL manifest and the text-keyed train/val/test split
     shards.py         `duet data encode`: codes in resumable safetensors shards; `CodeShards` reads them
+    utterances.py     training data of any family: split and language selection, text normalisation, BPE training
+    buckets.py        length-bucketed batch plans under a padded-positions budget (pure, seeded)
     cli.py            `duet data build | encode`
 
 Audio is stored as mono 16-bit WAV at each source's native rate (16, 22.05 or 32 kHz); consumers resample on load.

@@ -7,17 +7,18 @@ One utterance::
                                                                                      [SOT, ids..., EOT, SOS]
     shard codes (G=8, T) packed --GroupFSQ.unfold--> (C=32, T) channel codes (Gepard §2.3: 2016 = 8*7*6*6)
 
-Text normalisation (``duet.text.normalize``) is English-only and applied to manifest languages ``en*``; other
-languages pass through as written. Short-register repetition (``duet.text.augment``, Gepard §1.2 / §1.4) rewrites
-a 1-2 word text as 2-4 copies of itself with probability 0.5 in training; the audio is left alone.
+Text normalisation (``duet.text.normalize``, applied by ``duet.data.utterances`` for every family) is English-only
+and applied to manifest languages ``en*``; other languages pass through as written. Short-register repetition
+(``duet.text.augment``, Gepard §1.2 / §1.4) rewrites a 1-2 word text as 2-4 copies of itself with probability 0.5
+in training; the audio is left alone.
 
 Batches. Each utterance costs ``S + T`` positions (wrapped text ids + frames); a batch of B rows pads to
 ``B x max(S_b + T_b)`` positions, kept at most ``batch_frames`` (and B at most ``max_batch_size``). Per epoch:
 shuffle with a seeded RNG, stable-sort by length bucket (``bucket_width`` positions), cut greedily into batches
-under the budget, shuffle the batches. The plan and every augmentation draw are pure functions of (seed, epoch,
-batch index), so the training loop's data position is (epoch, batch) and resuming needs no loader state
-(``duet.train.loop``). Budgets use the un-augmented lengths: repetition adds at most (max_copies - 1) copies of a
-two-word text to a row.
+under the budget, shuffle the batches (``duet.data.buckets``). The plan and every augmentation draw are pure
+functions of (seed, epoch, batch index), so the training loop's data position is (epoch, batch) and resuming needs
+no loader state (``duet.train.loop``). Budgets use the un-augmented lengths: repetition adds at most
+(max_copies - 1) copies of a two-word text to a row.
 
 All codes of the selected utterances are held in memory, packed (int16, 16 bytes per frame): about 17 MB for the
 10-hour ``base`` corpus. A corpus of thousands of hours would want lazy per-shard loading instead.
@@ -27,7 +28,6 @@ Shape legend: B batch, S text ids (with SOT/EOT/SOS), T frames, G packed groups 
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +36,20 @@ from typing import Iterable, Sequence
 import torch
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
-from duet.data.manifest import Utterance, read_manifest
+from duet.data.buckets import LazyBatches, plan_batches
+from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
+from duet.data.utterances import (hash_order, is_english, prepare_input, prepare_text, select_utterances,
+                                  train_tokenizer, training_texts)
 from duet.errors import DuetError
 from duet.gepard.config import GepardConfig
 from duet.gepard.model import GepardBatch, collate, wrap_text
 from duet.text.augment import RepetitionConfig, augment_text
-from duet.text.normalize import normalize_text
 from duet.text.tokens import service_ids
+
+# Shared with Luna (duet.data.utterances); re-exported here, where Gepard's callers have always found them.
+__all__ = ["GepardData", "GepardDataConfig", "encode_prompt", "is_english", "prepare_text", "select_utterances",
+           "train_tokenizer", "training_texts"]
 
 
 @dataclass(frozen=True)
@@ -64,48 +70,10 @@ class GepardDataConfig:
             raise DuetError("batch_frames, max_batch_size, max_frames and bucket_width must be positive")
 
 
-def is_english(language: str) -> bool:
-    return language == "en" or language.startswith("en-")
-
-
-def prepare_text(utt: Utterance, cfg: GepardDataConfig) -> str:
-    """The text a model reads for ``utt``: normalised when English (and ``cfg.normalize``), stripped."""
-    text = utt.text.strip()
-    return normalize_text(text) if cfg.normalize and is_english(utt.language) else text
-
-
 def encode_prompt(text: str, tokenizer, *, language: str = "en", normalize: bool = True) -> list[int]:
     """What inference feeds the model for ``text``: prepared as in training, tokenised, wrapped in SOT/EOT/SOS."""
-    text = text.strip()
-    if normalize and is_english(language):
-        text = normalize_text(text)
+    text = prepare_input(text, language, normalize)
     return wrap_text(tokenizer.encode(text, add_special_tokens=False), service_ids(tokenizer))
-
-
-def select_utterances(manifest: str | Path | Sequence[Utterance], split: str,
-                      cfg: GepardDataConfig) -> list[Utterance]:
-    utts = read_manifest(manifest) if isinstance(manifest, (str, Path)) else list(manifest)
-    keep = [u for u in utts if u.split == split]
-    if cfg.languages:
-        keep = [u for u in keep if any(u.language == lang or u.language.startswith(lang + "-")
-                                       for lang in cfg.languages)]
-    return keep
-
-
-def training_texts(manifest: str | Path, cfg: GepardDataConfig) -> list[str]:
-    """Prepared texts of the training split (for training a BPE tokenizer on what the model will read)."""
-    return [prepare_text(u, cfg) for u in select_utterances(manifest, "train", cfg)]
-
-
-def train_tokenizer(manifest: str | Path, out_path: str | Path, cfg: GepardDataConfig, vocab_size: int = 2048,
-                    lowercase: bool = False) -> Path:
-    """Train duet's byte-level BPE (``duet.text.bpe``) on the training texts and save ``tokenizer.json``."""
-    from duet.text.bpe import BPEConfig, save_bpe, train_bpe
-
-    texts = training_texts(manifest, cfg)
-    if not texts:
-        raise DuetError(f"no training texts in {manifest} to train a tokenizer on")
-    return save_bpe(train_bpe(texts, BPEConfig(vocab_size=vocab_size, lowercase=lowercase)), out_path)
 
 
 @dataclass(frozen=True)
@@ -157,7 +125,7 @@ class GepardData:
 
         utts = select_utterances(manifest, split, cfg)
         if limit is not None:  # a fixed subset spread over speakers: the first ``limit`` in id-hash order
-            utts = sorted(utts, key=lambda u: hashlib.sha1(u.id.encode()).hexdigest())
+            utts = hash_order(utts)
         dropped = {"no_codes": 0, "too_long": 0, "empty_text": 0}
         chosen: list[tuple[Utterance, str]] = []
         for u in utts:
@@ -201,26 +169,9 @@ class GepardData:
     # ---- batches -------------------------------------------------------------------------------------------------
     def plan(self, epoch: int) -> list[list[int]]:
         """Item indices of every batch of ``epoch``, in training order (shuffled only for the training split)."""
-        order = list(range(len(self.items)))
-        rng = random.Random(f"gepard-plan:{self.cfg.seed}:{epoch}")
-        if self.train:
-            rng.shuffle(order)
-        order.sort(key=lambda i: self.items[i].positions // self.cfg.bucket_width)  # stable: random in a bucket
-        batches, current, longest = [], [], 0
-        for i in order:
-            length = self.items[i].positions
-            grown = max(longest, length)
-            if current and (grown * (len(current) + 1) > self.cfg.batch_frames
-                            or len(current) >= self.cfg.max_batch_size):
-                batches.append(current)
-                current, grown = [], length
-            current.append(i)
-            longest = grown
-        if current:
-            batches.append(current)
-        if self.train:
-            rng.shuffle(batches)
-        return batches
+        rng = random.Random(f"gepard-plan:{self.cfg.seed}:{epoch}") if self.train else None
+        return plan_batches([it.positions for it in self.items], self.cfg.batch_frames, self.cfg.max_batch_size,
+                            self.cfg.bucket_width, rng)
 
     def channels(self, uid: str) -> torch.Tensor:
         """(C, T) channel codes of one utterance."""
@@ -240,26 +191,15 @@ class GepardData:
         return collate(rows, pad_id=self.service.pad)
 
     def epoch(self, epoch: int) -> Sequence[GepardBatch]:
-        return _EpochBatches(self, epoch)
+        """A lazy view of one epoch: batch ``i`` is collated (and augmented, seeded by (seed, epoch, i)) on access."""
+        augment = self.train and self.cfg.augment
+
+        def make(i: int, indices: list[int]) -> GepardBatch:
+            rng = random.Random(f"gepard-augment:{self.cfg.seed}:{epoch}:{i}") if augment else None
+            return self.make_batch(indices, rng)
+
+        return LazyBatches(self.plan(epoch), make)
 
     def batches(self) -> list[GepardBatch]:
         """Every batch of the split, un-augmented, in length order (validation)."""
         return [self.make_batch(b) for b in self.plan(0)]
-
-
-class _EpochBatches(Sequence):
-    """A lazy view of one epoch: batch ``i`` is collated (and augmented, seeded by (seed, epoch, i)) on access."""
-
-    def __init__(self, data: GepardData, epoch: int):
-        self.data, self.epoch_index = data, epoch
-        self.plan = data.plan(epoch)
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        augment = self.data.train and self.data.cfg.augment
-        rng = random.Random(f"gepard-augment:{self.data.cfg.seed}:{self.epoch_index}:{i}") if augment else None
-        return self.data.make_batch(self.plan[i], rng)

@@ -9,7 +9,8 @@
 The pieces: ``duet.gepard.data`` (shards + manifest text -> length-bucketed ``GepardBatch``es, short-register
 repetition), ``duet.train.objectives.gepard`` (the model's loss, split LRs x0.2 / x0.5, effective ranks),
 ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard, accumulation, checkpoints,
-exact resume, DDP, metrics and plots). This file only parses flags and wires them.
+exact resume, DDP, metrics and plots), ``duet.train.recipe`` (resume merging, the run's tokenizer, export source,
+the shared flags; also Luna's). This file only parses flags and wires them.
 
 Run directory (``--out``): ``config.json`` (the :class:`GepardTrainConfig`; a resumed run keeps it),
 ``tokenizer.json`` (the run's own copy, trained here with ``--tokenizer train-bpe``), and the loop's
@@ -25,9 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +38,14 @@ from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 from duet.gepard.checkpoint import save_gepard
 from duet.gepard.config import PRESETS, GepardConfig, preset
-from duet.gepard.data import GepardData, GepardDataConfig, train_tokenizer
+from duet.gepard.data import GepardData, GepardDataConfig
 from duet.gepard.model import GepardModel
-from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
-from duet.train.loop import BEST, LoopConfig, LoopResult, setup_distributed, train
+from duet.train.checkpoint import latest_checkpoint, load_weights
+from duet.train.loop import LoopConfig, LoopResult, setup_distributed, train
 from duet.train.objectives.gepard import GepardPretrain
-
-TRAIN_BPE = "train-bpe"
-QWEN3 = "qwen3"
-
-# Loop fields a resumed run may change: they steer logging, saving and stopping, not the steps already taken
-# (max_steps moves the end of the cosine, as in the codec loop).
-RESUMABLE_LOOP_FIELDS = ("max_steps", "log_every", "val_every", "diag_every", "checkpoint_every",
-                         "checkpoint_minutes", "keep_checkpoints", "patience", "min_delta", "device")
+from duet.train.recipe import (add_recipe_arguments, export_source, merge_resume, prepare_tokenizer,
+                               summary_line)
+from duet.train.recipe import config_from_args as recipe_config_from_args
 
 
 @dataclass(frozen=True)
@@ -90,46 +85,6 @@ def config_from_json(data: dict[str, Any]) -> GepardTrainConfig:
     return from_dict(GepardTrainConfig, data)
 
 
-def _merge_resume(saved: GepardTrainConfig, cfg: GepardTrainConfig | None) -> GepardTrainConfig:
-    """The saved config, with the data paths and the loop fields that do not change the past taken from ``cfg``."""
-    if cfg is None or cfg == saved:
-        return saved
-    # Data paths may move between invocations (the same corpus elsewhere); anything else must match.
-    as_saved = replace(cfg, shards=saved.shards, manifest=saved.manifest,
-                       loop=replace(cfg.loop, **{k: getattr(saved.loop, k) for k in RESUMABLE_LOOP_FIELDS}))
-    if as_saved != saved:
-        changed = [f"loop.{f.name}" for f in fields(saved.loop)
-                   if getattr(saved.loop, f.name) != getattr(as_saved.loop, f.name)]
-        changed += [f.name for f in fields(saved)
-                    if f.name != "loop" and getattr(saved, f.name) != getattr(as_saved, f.name)]
-        raise DuetError(f"the run was trained with a different {', '.join(changed)}; on --resume only "
-                        f"the data paths and {', '.join(RESUMABLE_LOOP_FIELDS)} may change")
-    return replace(saved, shards=cfg.shards, manifest=cfg.manifest,
-                   loop=replace(saved.loop, **{k: getattr(cfg.loop, k) for k in RESUMABLE_LOOP_FIELDS}))
-
-
-def _prepare_tokenizer(spec: str | None, run_dir: Path, cfg: GepardTrainConfig, resume: bool) -> Path:
-    """The run's ``tokenizer.json``: kept on a resume, else trained / copied there."""
-    target = run_dir / "tokenizer.json"
-    if resume and target.is_file():
-        return target
-    spec = spec or TRAIN_BPE
-    if spec == TRAIN_BPE:
-        print(f"training a {cfg.bpe_vocab}-entry BPE on the training texts of {cfg.manifest}", file=sys.stderr)
-        return train_tokenizer(cfg.manifest, target, cfg.data, vocab_size=cfg.bpe_vocab)
-    if spec == QWEN3:
-        from duet.text import get_tokenizer
-
-        get_tokenizer(QWEN3).backend_tokenizer.save(str(target))
-        return target
-    source = Path(spec)
-    source = source / "tokenizer.json" if source.is_dir() else source
-    if not source.is_file():
-        raise DuetError(f"no tokenizer at {spec}: give a tokenizer.json, {QWEN3!r} or {TRAIN_BPE!r}")
-    shutil.copyfile(source, target)
-    return target
-
-
 def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenizer: str | None = None,
                  resume: bool = False, stop_at_step: int | None = None, max_minutes: float | None = None,
                  threads: int | None = None, progress: bool = True,
@@ -143,7 +98,7 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
 
     run_dir = Path(run_dir)
     if resume and (run_dir / "config.json").is_file():
-        cfg = _merge_resume(config_from_json(json.loads((run_dir / "config.json").read_text())), cfg)
+        cfg = merge_resume(config_from_json(json.loads((run_dir / "config.json").read_text())), cfg)
     if cfg is None:
         raise DuetError("no config: give --preset, or --resume a run directory that has config.json")
     if not cfg.shards or not cfg.manifest:
@@ -167,7 +122,7 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
         if env.is_main:  # one writer; the other ranks wait at the barrier below
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.json").write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
-            _prepare_tokenizer(tokenizer, run_dir, cfg, resume)
+            prepare_tokenizer(tokenizer, run_dir, cfg, resume)
         if env.distributed:
             dist.barrier()
         tok = get_tokenizer(run_dir / "tokenizer.json")
@@ -210,30 +165,13 @@ def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pa
     By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
     """
     run_dir = Path(run_dir)
-    if checkpoint is not None:
-        ckpt = Path(checkpoint)
-    else:
-        ckpt = (latest_checkpoint(run_dir / BEST) if best else None) or latest_checkpoint(run_dir)
-    if ckpt is None:
-        raise DuetError(f"{run_dir} has no checkpoint to export")
+    ckpt, info, run_state = export_source(run_dir, checkpoint, best)
     try:
         cfg = config_from_json(json.loads((run_dir / "config.json").read_text()))
     except OSError as err:
         raise DuetError(f"{run_dir} is not a Gepard run directory (no config.json)") from err
     model = GepardModel(cfg.model)
     model.load_state_dict(load_weights(ckpt, "model"), strict=True)
-    state = read_state(ckpt)
-    extra = state.get("extra", {})
-    latest = latest_checkpoint(run_dir)
-    run_state = read_state(latest).get("extra", {}) if latest else extra
-    try:
-        where = str(ckpt.resolve().relative_to(run_dir.resolve()))
-    except ValueError:
-        where = str(ckpt)
-    info = {"run": run_dir.name, "checkpoint": where, "step": state["step"],
-            "val_loss": extra.get("val_loss", run_state.get("best_val")),
-            "train_hours": round(run_state.get("train_seconds", 0.0) / 3600, 3),
-            "train_utterances": run_state.get("train_utterances")}
     return save_gepard(model.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"), info=info)
 
 
@@ -243,33 +181,8 @@ def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pa
 def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``gepard`` and ``gepard-export`` to the ``duet train`` sub-commands."""
     p = subparsers.add_parser("gepard", help="pretrain a Gepard model on encoded codes (DDP under torchrun)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="model + recipe (omit with --resume)")
-    p.add_argument("--shards", default=None, help="encoded codes directory (duet data encode --out)")
-    p.add_argument("--manifest", default=None, help="manifest.jsonl (default: the one the shards name)")
-    p.add_argument("--tokenizer", default=None,
-                   help=f"{TRAIN_BPE} (default), {QWEN3}, or a tokenizer.json; copied into the run directory")
-    p.add_argument("--bpe-vocab", type=int, default=None, help="BPE bytes + merges for train-bpe (default 2048)")
-    p.add_argument("--out", required=True, help="run directory, e.g. runs/gepard-tiny")
-    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    p.add_argument("--init-from", default=None,
-                   help="warm-start a new run from a shipped model (name or directory): weights and tokenizer")
-    p.add_argument("--steps", type=int, default=None, help="schedule length in optimizer steps (cosine end)")
-    p.add_argument("--stop-at", type=int, default=None, help="stop this invocation at this step")
-    p.add_argument("--minutes", type=float, default=None, help="stop this invocation after so many minutes")
-    p.add_argument("--batch-frames", type=int, default=None, help="padded text + audio positions per batch")
-    p.add_argument("--max-batch", type=int, default=None, help="rows per batch at most")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (base group)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up steps")
-    p.add_argument("--accum", type=int, default=None, help="gradient accumulation steps")
-    p.add_argument("--bf16", action="store_true", default=None, help="bfloat16 autocast")
-    p.add_argument("--val-every", type=int, default=None, help="steps between validations (0: none)")
-    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
-    p.add_argument("--patience", type=int, default=None, help="early stop after N validations without gain (0: off)")
-    p.add_argument("--languages", default=None, help="comma-separated manifest languages to keep, e.g. en")
+    add_recipe_arguments(p, sorted(PRESETS), "runs/gepard-tiny")
     p.add_argument("--no-augment", action="store_true", default=None, help="no short-register text repetition")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_train)
 
     e = subparsers.add_parser("gepard-export", help="write a Gepard run as a shipped model (fp16 safetensors)")
@@ -280,42 +193,11 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     e.set_defaults(func=_run_export)
 
 
-def config_from_args(args: argparse.Namespace) -> GepardTrainConfig | None:
-    """Flags -> GepardTrainConfig (None when resuming without --preset: the run's config is used)."""
-    if args.preset is None:
-        if not args.resume:
-            raise DuetError("give --preset (gepard-tiny, gepard-500m), or --resume an existing run")
-        saved = Path(args.out) / "config.json"
-        if not saved.is_file():
-            raise DuetError(f"cannot resume {args.out}: it has no config.json")
-        cfg = config_from_json(json.loads(saved.read_text()))
-    else:
-        if not args.shards:
-            raise DuetError("--shards is required (the output of duet data encode)")
-        manifest = args.manifest
-        if manifest is None:
-            index = Path(args.shards) / "index.json"
-            manifest = json.loads(index.read_text()).get("manifest") if index.is_file() else None
-            if not manifest:
-                raise DuetError(f"--manifest is required ({index} names none)")
-        cfg = recipe(args.preset, shards=args.shards, manifest=manifest)
-    loop = {k: v for k, v in (("max_steps", args.steps), ("lr", args.lr), ("warmup_steps", args.warmup),
-                              ("accum_steps", args.accum), ("bf16", args.bf16), ("val_every", args.val_every),
-                              ("checkpoint_every", args.checkpoint_every), ("patience", args.patience),
-                              ("seed", args.seed)) if v is not None}
-    data = {k: v for k, v in (("batch_frames", args.batch_frames), ("max_batch_size", args.max_batch),
-                              ("seed", args.seed)) if v is not None}
-    if args.languages is not None:
-        data["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
+    """Flags -> GepardTrainConfig (on a resume without --preset: the run's config, with the given overrides)."""
+    cfg = recipe_config_from_args(args, recipe, config_from_json, "gepard-tiny, gepard-500m")
     if args.no_augment:
-        data["augment"] = False
-    cfg = replace(cfg, loop=replace(cfg.loop, **loop), data=replace(cfg.data, **data))
-    if args.bpe_vocab is not None:
-        cfg = replace(cfg, bpe_vocab=args.bpe_vocab)
-    if args.preset is None and args.shards:
-        cfg = replace(cfg, shards=args.shards)
-    if args.preset is None and args.manifest:
-        cfg = replace(cfg, manifest=args.manifest)
+        cfg = replace(cfg, data=replace(cfg.data, augment=False))
     return cfg
 
 
@@ -324,12 +206,8 @@ def _run_train(args: argparse.Namespace) -> int:
     result = train_gepard(cfg, args.out, tokenizer=args.tokenizer, resume=args.resume, stop_at_step=args.stop_at,
                           max_minutes=args.minutes, threads=args.threads, progress=not args.quiet,
                           init_from=args.init_from)
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, one summary line
-        return 0
-    last = ", ".join(f"{k} {v:.4f}" for k, v in result.last.items())
-    best = f", best val loss {result.best_val:.4f}" if result.best_val is not None else ""
-    print(f"{result.run_dir}: step {result.step} ({result.stopped}), {last}{best}, "
-          f"{result.skipped_steps} skipped steps")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line
+        print(summary_line(result))
     return 0
 
 

@@ -9,4 +9,9 @@
 ``infill``     cloning (visible prompt) and editing (masked span) as infilling; input checks
 ``realtime``   Luna-TTS Realtime: block diffusion (two-stream block-causal mask, noise per block), end-of-speech head
 ``stream``     Realtime streaming: conditions' KV cache built once, MaskGIT refinement per block, commit, audio out
+``bundle``     LunaBundle: the acoustic model and its duration predictor, trained and shipped together; LunaBatch
+``data``       code shards + manifest text -> length-bucketed LunaBatches with (approximate) duration targets
+``train``      the recipe: presets, ``duet train luna`` / ``luna-export``, resume and warm start
+``shipped``    the shipped directory (fp16 weights, config with the codec's name, tokenizer) and its loader
+``checkpoint`` the plain per-model format of ``LunaModel.save`` / ``DurationPredictor.save``
 """

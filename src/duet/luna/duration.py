@@ -9,9 +9,14 @@ Bins. Bin k in 0 .. B-2 means exactly k frames (40 ms each at Luna's 25 Hz); the
 B-1, so a token longer than that is under-counted: B = 64 (2.5 s per token) makes that rare for BPE tokens and
 punctuation pauses. Service tokens (SOT/EOT, emotion) carry duration 0; a non-verbal token carries its event.
 
-Supervision. Per-token frame counts come from forced alignment in the corpus builder (the synthesiser's own timing:
-Festival's Segment relation, espeak-ng's phoneme events), converted from segment end times with
-``frame_durations`` so that the counts of an utterance add up to its frame count exactly.
+Supervision. The report trains on forced-alignment durations. duet's corpus has no alignments, so the training
+recipe (``duet.luna.data``) uses an approximation instead: each utterance's true frame count is spread over its text
+tokens in proportion to their character counts (``spread_frames``; service tokens count 0 characters). Per-token
+targets are therefore only as right as "every character takes equally long" (pauses, stress and silences at the
+ends are smeared over all tokens), but they add up to the true frame count exactly, so the total length T, the
+only thing decoding uses, is supervised exactly. Where a synthesiser's own timing is available (Festival's Segment
+relation, espeak-ng's phoneme events), ``frame_durations`` turns segment end times into counts that also add up
+exactly; swapping that in later is a change of targets, not of model.
 
 Shape legend: B batch, S text tokens, D model width, N bins.
 """
@@ -110,6 +115,36 @@ def frame_durations(end_times: Sequence[float], frame_rate: float, start: float 
     return out
 
 
+def spread_frames(weights: Sequence[int], frames: int) -> list[int]:
+    """Spread ``frames`` over segments in proportion to integer ``weights`` (e.g. characters per text token).
+
+    Cumulative boundaries are rounded, not the shares (as in ``frame_durations``): b_i = round(frames c_i / C) with
+    c_i the running weight sum, C the total, halves rounded up in exact integer arithmetic. So the counts add up to
+    ``frames`` exactly, a zero weight gets 0 frames, and no share is off by more than one frame from its ideal.
+    """
+    if frames < 0:
+        raise DuetError(f"frames must be >= 0, got {frames}")
+    if any(w < 0 for w in weights):
+        raise DuetError(f"weights must be >= 0, got {list(weights)}")
+    total = sum(weights)
+    if total == 0:
+        raise DuetError("cannot spread frames over segments whose weights are all 0")
+    out, running, prev = [], 0, 0
+    for w in weights:
+        running += w
+        boundary = (2 * frames * running + total) // (2 * total)  # round(frames * running / total), half up
+        out.append(boundary - prev)
+        prev = boundary
+    return out
+
+
+def duration_loss(logits: torch.Tensor, text_lengths: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over real tokens: logits (B, S, N), text_lengths (B,), durations (B, S) int frames."""
+    valid = lengths_to_mask(text_lengths, logits.shape[1])  # (B, S)
+    targets = durations_to_bins(durations.masked_fill(~valid, 0), logits.shape[-1])  # (B, S)
+    return F.cross_entropy(logits[valid].float(), targets[valid])
+
+
 def expected_durations(logits: torch.Tensor) -> torch.Tensor:
     """logits (..., N) -> expected frames (...): sum_k p_k * k (the open last bin counts as N-1)."""
     values = torch.arange(logits.shape[-1], device=logits.device, dtype=torch.float32)  # (N,)
@@ -174,10 +209,7 @@ class DurationPredictor(nn.Module):
 
     def loss(self, text_ids: torch.Tensor, text_lengths: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy over real tokens between predicted bins and ``durations_to_bins(durations)``."""
-        logits = self(text_ids, text_lengths)  # (B, S, N)
-        valid = lengths_to_mask(text_lengths, text_ids.shape[1])  # (B, S)
-        targets = durations_to_bins(durations.masked_fill(~valid, 0), self.config.num_bins)  # (B, S)
-        return F.cross_entropy(logits[valid].float(), targets[valid])
+        return duration_loss(self(text_ids, text_lengths), text_lengths, durations)
 
     @torch.no_grad()
     def predict_frames(

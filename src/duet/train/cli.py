@@ -5,6 +5,8 @@
     duet train codec-export RUN_DIR --out checkpoints/duet-fsq     # training checkpoint -> shipped fp16 codec
     duet train gepard --preset gepard-tiny --shards codes/fsq --out runs/gepard-tiny      (duet.gepard.train)
     duet train gepard-export RUN_DIR --out checkpoints/gepard-tiny
+    duet train luna --preset luna-tiny --shards codes/rvq --out runs/luna-tiny              (duet.luna.train)
+    duet train luna-export RUN_DIR --out checkpoints/luna-tiny
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser("train", help="train models (codec, gepard)")
+    train = subparsers.add_parser("train", help="train models (codec, gepard, luna)")
     sub = train.add_subparsers(dest="train_command", metavar="STAGE")
     sub.required = True
 
@@ -45,6 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from duet.gepard.train import add_train_gepard_parser
 
     add_train_gepard_parser(sub)
+
+    from duet.luna.train import add_train_luna_parser
+
+    add_train_luna_parser(sub)
 
 
 def _train_codec(args: argparse.Namespace) -> int:

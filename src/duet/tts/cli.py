@@ -1,14 +1,19 @@
-"""``duet speak "Hello there" -o hello.wav [--model gepard-tiny] [--voice V] [--stream] [--seed N]``.
+"""``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny] [--voice V] [--stream] [--seed N]
+[--steps S] [--speed X]``.
 
 ``--stream`` writes the file as audio is decoded (a reader can follow it) and reports the time to first audio;
-without it the file is written once at the end. Text ``-`` is read from standard input. Bad input (empty text,
-unknown model or voice, an output path that cannot be written) ends with one line on stderr and exit code 2,
-before any model is loaded where possible.
+without it the file is written once at the end (Luna decodes a sentence at a time, so its stream comes in
+sentences). ``--steps`` (MaskGIT refinement steps: 32 by default, 16 and 8 faster) and ``--speed`` (> 1 faster)
+apply to Luna models only; with a Gepard model, which decodes one frame at a time and has no length to scale, they
+are refused with an error rather than silently ignored. Text ``-`` is read from standard input. Bad input (empty
+text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be written) ends with one line on
+stderr and exit code 2, before any model is loaded where possible.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -30,6 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same audio)")
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="Luna only: refinement steps (default 32; 16, 8 faster)")
+    p.add_argument("--speed", type=float, default=None, help="Luna only: speaking rate (1 as predicted, 2 faster)")
     p.set_defaults(func=run_speak)
 
 
@@ -48,6 +55,27 @@ def check_output(path: Path) -> str:
     return fmt
 
 
+def check_luna_options(model: str, steps: int | None, speed: float | None) -> dict:
+    """Validate ``--steps`` / ``--speed`` before loading: positive, and only for a Luna model (read from its
+    config.json). -> the keyword arguments to pass on (none when neither flag was given)."""
+    given = {k: v for k, v in (("steps", steps), ("speed", speed)) if v is not None}
+    if not given:
+        return {}
+    if steps is not None and steps < 1:
+        raise DuetError(f"--steps must be a positive integer (8, 16 or 32 are typical), got {steps}")
+    if speed is not None and not (math.isfinite(speed) and speed > 0):
+        raise DuetError(f"--speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")
+    from duet.tts import model_type
+
+    _, kind = model_type(model)
+    if kind != "luna":
+        flags = " and ".join(f"--{k}" for k in given)
+        verb = "applies" if len(given) == 1 else "apply"
+        raise DuetError(f"{flags} {verb} to Luna models only; {model} is a {kind} model (it decodes one frame at "
+                        "a time until it stops)")
+    return given
+
+
 def run_speak(args: argparse.Namespace) -> int:
     import soundfile as sf
 
@@ -58,15 +86,17 @@ def run_speak(args: argparse.Namespace) -> int:
         raise DuetError("the text is empty")
     out = Path(args.output)
     fmt = check_output(out)
+    luna_only = check_luna_options(args.model, args.steps, args.speed)
     speaker = load(args.model)
     if args.voice is not None and args.voice not in speaker.voices:
         raise DuetError(f"unknown voice {args.voice!r} for {args.model}: {', '.join(speaker.voices)}")
-    options = dict(voice=args.voice, seed=args.seed, temperature=args.temperature, top_k=args.top_k)
+    options = dict(voice=args.voice, seed=args.seed, temperature=args.temperature, top_k=args.top_k, **luna_only)
     started = time.perf_counter()
     if args.stream:
         first, samples, ended = None, 0, []
+        chunks = speaker.stream(text, ended=ended, **options)  # a speaker that checks input eagerly does it here
         with sf.SoundFile(out, "w", samplerate=speaker.sample_rate, channels=1, format=fmt) as f:
-            for chunk in speaker.stream(text, ended=ended, **options):
+            for chunk in chunks:
                 if first is None and len(chunk):
                     first = time.perf_counter() - started
                 f.write(chunk)
@@ -79,7 +109,7 @@ def run_speak(args: argparse.Namespace) -> int:
         sf.write(out, speech.audio, speech.sample_rate, format=fmt)
         seconds, ended, ttfa = speech.seconds, list(speech.ended), ""
     wall = time.perf_counter() - started
-    bound = sum(e != "stop" for e in ended)
+    bound = sum(e == "bound" for e in ended)
     note = f"; {bound} of {len(ended)} pieces hit the length bound" if bound else ""
     print(f"{out}: {seconds:.2f} s of audio in {wall:.2f} s (RTF {wall / max(seconds, 1e-9):.3f}){ttfa}{note}")
     return 0

@@ -13,7 +13,9 @@ class Speech:
     audio: np.ndarray  # (S,) float32 mono in [-1, 1]
     sample_rate: int
     pieces: tuple[str, ...]  # the text as spoken, one entry per generation (long text is split at sentences)
-    ended: tuple[str, ...]  # per piece: "stop" (the model ended it) or "bound" (it hit the length bound)
+    # per piece: "stop" (Gepard's stop head ended it), "length" (Luna: the duration predictor's length) or "bound"
+    # (it hit the length bound)
+    ended: tuple[str, ...]
 
     @property
     def seconds(self) -> float:

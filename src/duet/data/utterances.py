@@ -1,0 +1,75 @@
+"""Manifest utterances as training data: which ones a split keeps, and the text a model reads for each.
+
+Shared by every family's data module (``duet.gepard.data``, ``duet.luna.data``), so that training and inference read
+text the same way whichever model speaks it:
+
+- ``prepare_input``: English text normalisation (``duet.text.normalize``) for languages ``en*``; other languages
+  pass through as written (the normaliser is English-only);
+- ``select_utterances``: one split, optionally only some languages, optionally a fixed subset spread over speakers
+  (validation: the first ``limit`` in id-hash order);
+- ``train_tokenizer``: duet's byte-level BPE trained on the prepared training texts.
+
+A data config passes as anything with ``languages`` and ``normalize`` fields (:class:`TextSelection`), which every
+family's frozen data config has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from duet.data.manifest import Utterance, read_manifest
+from duet.errors import DuetError
+from duet.text.normalize import normalize_text
+
+
+class TextSelection(Protocol):
+    languages: tuple[str, ...]  # keep only manifest languages starting with one of these; () = all
+    normalize: bool  # English text normalisation (numbers, money, abbreviations -> words)
+
+
+def is_english(language: str) -> bool:
+    return language == "en" or language.startswith("en-")
+
+
+def prepare_input(text: str, language: str = "en", normalize: bool = True) -> str:
+    """Text as a model reads it: stripped, and normalised when English (and ``normalize``)."""
+    text = text.strip()
+    return normalize_text(text) if normalize and is_english(language) else text
+
+
+def prepare_text(utt: Utterance, cfg: TextSelection) -> str:
+    """The text a model reads for ``utt`` (training): :func:`prepare_input` with the data config's choice."""
+    return prepare_input(utt.text, utt.language, cfg.normalize)
+
+
+def hash_order(utts: Sequence[Utterance]) -> list[Utterance]:
+    """A fixed order that spreads speakers (ids sorted by their SHA-1): the first N make a stable held-out subset."""
+    return sorted(utts, key=lambda u: hashlib.sha1(u.id.encode()).hexdigest())
+
+
+def select_utterances(manifest: str | Path | Sequence[Utterance], split: str,
+                      cfg: TextSelection) -> list[Utterance]:
+    utts = read_manifest(manifest) if isinstance(manifest, (str, Path)) else list(manifest)
+    keep = [u for u in utts if u.split == split]
+    if cfg.languages:
+        keep = [u for u in keep if any(u.language == lang or u.language.startswith(lang + "-")
+                                       for lang in cfg.languages)]
+    return keep
+
+
+def training_texts(manifest: str | Path, cfg: TextSelection) -> list[str]:
+    """Prepared texts of the training split (for training a BPE tokenizer on what the model will read)."""
+    return [prepare_text(u, cfg) for u in select_utterances(manifest, "train", cfg)]
+
+
+def train_tokenizer(manifest: str | Path, out_path: str | Path, cfg: TextSelection, vocab_size: int = 2048,
+                    lowercase: bool = False) -> Path:
+    """Train duet's byte-level BPE (``duet.text.bpe``) on the training texts and save ``tokenizer.json``."""
+    from duet.text.bpe import BPEConfig, save_bpe, train_bpe
+
+    texts = training_texts(manifest, cfg)
+    if not texts:
+        raise DuetError(f"no training texts in {manifest} to train a tokenizer on")
+    return save_bpe(train_bpe(texts, BPEConfig(vocab_size=vocab_size, lowercase=lowercase)), out_path)

@@ -1,0 +1,214 @@
+"""Luna-TTS training data: (text ids, RVQ grid, per-token duration targets) from code shards + the manifest's
+text, in length-bucketed batches.
+
+One utterance::
+
+    manifest text --normalise (English)--> tokenizer (ids + character offsets) --> [SOT, ids..., EOT]   (S = n + 2)
+    shard codes (Q=8, T) --transpose--> target grid (T, Q), codes 0..K-1 (Luna-Codec: 8 x 2048 at 25 Hz)
+    characters of each token --spread_frames--> durations (S,): 0 for SOT and EOT, the rest add up to T
+
+Text is prepared exactly as for Gepard (``duet.data.utterances``: English normalisation for ``en*`` manifest
+languages, others as written) and wrapped in SOT/EOT; no SOS, because nothing autoregressive follows (the target's
+own embeddings mark where audio starts). Inference wraps the same way (:func:`encode_text`).
+
+Duration targets: AN APPROXIMATION STANDING IN FOR FORCED ALIGNMENT. The report supervises the duration predictor
+with forced-alignment durations; this corpus has none. Each utterance's true frame count T is spread over its text
+tokens in proportion to their non-space characters (:func:`token_weights`, then ``duration.spread_frames``), with
+cumulative rounding so the targets add up to T exactly. Per-token targets are right only on average (every
+character is taken to last equally long; pauses, stress and leading / trailing silence are smeared over all tokens),
+but the predictor's total, the only thing decoding uses (T = sum of expected durations), is supervised exactly.
+
+Prompts are not cut here: batches hold whole utterances and the objective cuts each row's prompt off its own grid
+(``diffusion.split_prompt``) with its seeded generator, so every epoch sees fresh splits.
+
+Batches (``duet.data.buckets``): each utterance costs S + T positions; a batch pads to B x max(S_b + T_b), kept at
+most ``batch_frames`` (and B at most ``max_batch_size``). The plan is a pure function of (seed, epoch), so the
+training loop's data position is (epoch, batch) and resuming needs no loader state. Codes stay in memory as int16
+(Q, T): 16 bytes per frame, about 14 MB for the 10-hour ``base`` corpus at 25 Hz.
+
+Shape legend: B batch, S text ids (with SOT/EOT), T frames, Q codebooks, K codes per codebook.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from duet.data.buckets import LazyBatches, plan_batches
+from duet.data.manifest import Utterance
+from duet.data.shards import CodeShards
+from duet.data.utterances import hash_order, prepare_input, prepare_text, select_utterances
+from duet.errors import DuetError
+from duet.luna.bundle import LunaBatch
+from duet.luna.config import LunaConfig
+from duet.luna.duration import spread_frames
+from duet.luna.model import collate, pad_right
+from duet.text.tokens import service_ids
+
+
+@dataclass(frozen=True)
+class LunaDataConfig:
+    batch_frames: int = 2000  # padded positions (text + audio) per batch: B x max(S_b + T_b)
+    max_batch_size: int = 32
+    max_frames: int = 750  # longer utterances are left out (30 s at 25 Hz, Realtime's serving bound too)
+    bucket_width: int = 16  # positions per length bucket; rows within a bucket are shuffled each epoch
+    languages: tuple[str, ...] = ()  # keep only manifest languages starting with one of these; () = all
+    normalize: bool = True  # English text normalisation (numbers, money, abbreviations -> words)
+    val_items: int = 64  # held-out utterances scored at each validation (0 = no validation)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_frames < 1 or self.max_batch_size < 1 or self.max_frames < 1 or self.bucket_width < 1:
+            raise DuetError("batch_frames, max_batch_size, max_frames and bucket_width must be positive")
+
+
+def wrap_text(token_ids: Sequence[int], service) -> list[int]:
+    """[SOT, *text, EOT]; ``service`` is ``duet.text.tokens.service_ids(tokenizer)`` (ids never hard-coded)."""
+    return [service.sot, *token_ids, service.eot]
+
+
+def encode_text(text: str, tokenizer, *, language: str = "en", normalize: bool = True) -> list[int]:
+    """What inference feeds Luna for ``text``: prepared as in training, tokenised, wrapped in SOT/EOT."""
+    text = prepare_input(text, language, normalize)
+    return wrap_text(tokenizer.encode(text, add_special_tokens=False), service_ids(tokenizer))
+
+
+def token_weights(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
+    """Non-space characters of each token (its ``[start, end)`` span of ``text``): the duration weights."""
+    return [sum(not ch.isspace() for ch in text[a:b]) for a, b in offsets]
+
+
+def duration_targets(weights: Sequence[int], frames: int) -> list[int]:
+    """Targets of the wrapped text [SOT, tokens..., EOT]: 0, the frames spread by weight (adding up to T), 0."""
+    return [0, *spread_frames(weights, frames), 0]
+
+
+@dataclass(frozen=True)
+class _Item:
+    id: str
+    text: str  # prepared (normalised) text
+    ids: tuple[int, ...]  # its token ids, without SOT/EOT
+    weights: tuple[int, ...]  # non-space characters per token
+    frames: int
+
+    @property
+    def positions(self) -> int:
+        return len(self.ids) + 2 + self.frames  # SOT, EOT
+
+
+class LunaData:
+    """One split's utterances with their codes in memory; ``epoch(e)`` is the loop's :class:`BatchSource`."""
+
+    def __init__(self, items: Sequence[_Item], codes: dict[str, torch.Tensor], tokenizer, cfg: LunaDataConfig,
+                 codebook_size: int, train: bool, frame_rate: float | None = None,
+                 dropped: dict[str, int] | None = None):
+        if not items:
+            raise DuetError("no utterances left for Luna training (check the split, languages and lengths)")
+        self.items = list(items)
+        self.codes = codes
+        self.tokenizer = tokenizer
+        self.service = service_ids(tokenizer)
+        self.cfg = cfg
+        self.mask_id = codebook_size  # the grid's padding value (the model ignores padding either way)
+        self.train = train
+        self.frame_rate = frame_rate
+        self.dropped = dropped or {}
+
+    # ---- building ------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_shards(cls, shards: str | Path | CodeShards, manifest: str | Path | Sequence[Utterance], tokenizer,
+                    cfg: LunaDataConfig, split: str = "train", model: LunaConfig | None = None,
+                    limit: int | None = None) -> "LunaData":
+        """Utterances of ``split`` that have codes in ``shards``; ``limit`` keeps a fixed subset (validation).
+
+        With ``model`` given, codes must be its Q codebooks of K entries and rows fit its ``max_positions``.
+        """
+        shards = shards if isinstance(shards, CodeShards) else CodeShards(shards)
+        sizes = tuple(shards.codebook_sizes)
+        if len(set(sizes)) != 1:
+            raise DuetError(f"codes in {shards.root} have codebook sizes {sizes}; Luna needs Q codebooks of one "
+                            "size K (an RVQ codec such as duet-rvq)")
+        if model is not None and sizes != (model.codebook_size,) * model.num_codebooks:
+            raise DuetError(f"codes in {shards.root} are {len(sizes)} codebooks of {sizes[0]}; the model wants "
+                            f"{model.num_codebooks} of {model.codebook_size} (train on the codec it was built for)")
+        max_positions = min(cfg.batch_frames, model.backbone.max_positions if model else cfg.batch_frames)
+
+        utts = select_utterances(manifest, split, cfg)
+        if limit is not None:  # a fixed subset spread over speakers
+            utts = hash_order(utts)
+        dropped = {"no_codes": 0, "too_long": 0, "empty_text": 0}
+        chosen: list[tuple[Utterance, str]] = []
+        for u in utts:
+            if u.id not in shards:
+                dropped["no_codes"] += 1
+                continue
+            text = prepare_text(u, cfg)
+            if not text:
+                dropped["empty_text"] += 1
+                continue
+            chosen.append((u, text))
+        encoded = (tokenizer([t for _, t in chosen], add_special_tokens=False, return_offsets_mapping=True)
+                   if chosen else {"input_ids": [], "offset_mapping": []})
+        items = []
+        for (u, text), ids, offsets in zip(chosen, encoded["input_ids"], encoded["offset_mapping"]):
+            weights = tuple(token_weights(text, offsets))
+            item = _Item(u.id, text, tuple(ids), weights, shards.frames(u.id))
+            if item.frames > cfg.max_frames or item.positions > max_positions or item.frames < 1:
+                dropped["too_long"] += 1
+                continue
+            if not sum(weights):  # nothing to speak (cannot happen for stripped non-empty text; kept as a guard)
+                dropped["empty_text"] += 1
+                continue
+            items.append(item)
+            if limit is not None and len(items) >= limit:
+                break
+        wanted = {it.id for it in items}
+        codes = {uid: c.to(torch.int16) for uid, c in shards if uid in wanted}  # (Q, T) each
+        return cls(items, codes, tokenizer, cfg, codebook_size=sizes[0], train=split == "train",
+                   frame_rate=shards.frame_rate, dropped=dropped)
+
+    # ---- facts ---------------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def frames(self) -> int:
+        return sum(it.frames for it in self.items)
+
+    def summary(self) -> str:
+        hours = f", {self.frames / self.frame_rate / 3600:.2f} h" if self.frame_rate else ""
+        dropped = ", ".join(f"{k} {v}" for k, v in self.dropped.items() if v)
+        return (f"{len(self.items)} utterances{hours}, {self.frames} frames"
+                + (f" (left out: {dropped})" if dropped else ""))
+
+    # ---- batches -------------------------------------------------------------------------------------------------
+    def plan(self, epoch: int) -> list[list[int]]:
+        """Item indices of every batch of ``epoch``, in training order (shuffled only for the training split)."""
+        rng = random.Random(f"luna-plan:{self.cfg.seed}:{epoch}") if self.train else None
+        return plan_batches([it.positions for it in self.items], self.cfg.batch_frames, self.cfg.max_batch_size,
+                            self.cfg.bucket_width, rng)
+
+    def grid(self, uid: str) -> torch.Tensor:
+        """(T, Q) codes of one utterance, frame-major as ``LunaInputs`` wants them."""
+        return self.codes[uid].long().T
+
+    def make_batch(self, indices: Iterable[int]) -> LunaBatch:
+        texts, grids, durations = [], [], []
+        for i in indices:
+            item = self.items[i]
+            texts.append(torch.tensor(wrap_text(item.ids, self.service), dtype=torch.long))  # (S_i,)
+            grids.append(self.grid(item.id))  # (T_i, Q)
+            durations.append(torch.tensor(duration_targets(item.weights, item.frames), dtype=torch.long))  # (S_i,)
+        inputs = collate(texts, grids, text_pad_id=self.service.pad, mask_id=self.mask_id)
+        return LunaBatch(inputs, pad_right(durations, 0)[0])  # durations (B, S)
+
+    def epoch(self, epoch: int) -> Sequence[LunaBatch]:
+        return LazyBatches(self.plan(epoch), lambda i, indices: self.make_batch(indices))
+
+    def batches(self) -> list[LunaBatch]:
+        """Every batch of the split in length order (validation)."""
+        return [self.make_batch(b) for b in self.plan(0)]

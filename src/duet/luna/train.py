@@ -1,0 +1,248 @@
+"""The Luna-TTS training recipe: ``duet train luna`` -> config dataclasses -> the shared loop.
+
+    duet train luna --preset luna-tiny --shards data/base/codes-duet-rvq --manifest data/base/manifest.jsonl \\
+        --out runs/luna-tiny [--resume] [--steps N] [--batch-frames N] [--lr LR] [--minutes M] [--init-from DIR]
+    torchrun --nproc-per-node 2 -m duet.luna.train luna ...          # DDP (gloo on CPU, nccl on GPU)
+    duet train luna-export runs/luna-tiny --out checkpoints/luna-tiny   # fp16 weights + config + tokenizer
+
+The pieces: ``duet.luna.data`` (shards + manifest text -> length-bucketed ``LunaBatch``es with duration targets),
+``duet.luna.bundle`` (the acoustic model and the duration predictor, trained side by side),
+``duet.train.objectives.luna`` (masked-diffusion loss with 1/t weighting, text dropout 0.1 for CFG, prompt splits,
+the predictor's bin cross-entropy), ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard,
+accumulation, checkpoints, exact resume, DDP, metrics and plots), ``duet.train.recipe`` (what Gepard's recipe
+shares). This file only parses flags and wires them.
+
+Duration predictor supervision: the corpus has no forced alignments, so the predictor learns from an approximation
+standing in for them: each utterance's true frame count is spread over its text tokens in proportion to their
+character counts (``duet.luna.data``; the per-token targets add up to the frame count exactly). Per-token durations
+are therefore only approximately right, while the predicted total length, the only thing decoding uses, is
+supervised exactly. Check ``length_err`` / ``val_length_err`` in ``metrics.jsonl``: the mean relative error of the
+predicted total.
+
+Run directory (``--out``): ``config.json`` (the :class:`LunaTrainConfig`; a resumed run keeps it), ``tokenizer.json``
+(the run's own copy: ``--tokenizer train-bpe`` by default; use ``qwen3`` for luna-0.6b, whose 151,936-row text
+embedding is Qwen3's), and the loop's ``metrics.jsonl``, ``loss.png``, ``checkpoints/``, ``best/``.
+
+Not wired here: initialising luna-0.6b's backbones from a local Qwen3-0.6B checkpoint (``LunaModel.init_from`` and
+``DurationPredictor.init_from`` exist); luna-tiny starts from scratch, as the report's recipe cannot on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from duet.config_io import from_dict, to_dict
+from duet.errors import DuetError
+from duet.luna.bundle import LunaBundle
+from duet.luna.config import PRESETS, LunaConfig, luna_preset
+from duet.luna.data import LunaData, LunaDataConfig
+from duet.luna.diffusion import DiffusionConfig
+from duet.luna.duration import DurationConfig, duration_preset
+from duet.luna.shipped import load_luna, save_luna
+from duet.train.checkpoint import latest_checkpoint, load_weights
+from duet.train.loop import LoopConfig, LoopResult, setup_distributed, train
+from duet.train.objectives.luna import LunaDiffusion
+from duet.train.recipe import (add_recipe_arguments, export_source, merge_resume, prepare_tokenizer,
+                               summary_line)
+from duet.train.recipe import config_from_args as recipe_config_from_args
+
+
+@dataclass(frozen=True)
+class LunaTrainConfig:
+    name: str  # the preset the model and predictor come from (luna-tiny, luna-0.6b)
+    model: LunaConfig
+    duration: DurationConfig
+    shards: str  # encoded codes (duet data encode --codec duet-rvq --out)
+    manifest: str  # the corpus manifest the shards were encoded from (text, split, language)
+    data: LunaDataConfig = field(default_factory=LunaDataConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
+    duration_weight: float = 1.0  # the predictor's CE joins the diffusion loss with this weight
+    bpe_vocab: int = 2048  # with --tokenizer train-bpe
+
+
+def recipe(name: str, shards: str = "", manifest: str = "") -> LunaTrainConfig:
+    """Default training settings per preset (built one by one in ``tests/luna/test_luna_train_recipe.py``)."""
+    model, duration = luna_preset(name), duration_preset(name)
+    if name == "luna-tiny":
+        # Measured on this 2-core CPU while two codec runs shared it: a 1,120-position step (8 rows of 40 text
+        # tokens + 100 frames) took 2.7 s with one thread, 2,240 positions 5.0 s, i.e. ~2.2 ms per position with
+        # the 8 x 2048 heads; an idle machine with two threads should be about twice as fast. 2,000 positions per
+        # step is then ~2.5-4.5 s, and the 10-hour base corpus (~1.3M positions at 25 Hz) ~650 steps per epoch:
+        # 6,000 steps ~ 9 epochs in 4-7 hours. DESIGN §D: small models on this corpus overfit, so validate every
+        # 250 steps and stop early on held-out loss.
+        loop = LoopConfig(max_steps=6000, lr=5e-4, warmup_steps=300, weight_decay=0.1, log_every=10,
+                          val_every=250, diag_every=0, checkpoint_every=500, checkpoint_minutes=10.0, patience=6)
+        data = LunaDataConfig(batch_frames=2000, max_batch_size=32, max_frames=400)
+    else:  # luna-0.6b: the report's shape in bf16; sized for one large GPU, not measured here (no GPU in reach)
+        loop = LoopConfig(max_steps=200_000, lr=2e-4, warmup_steps=2000, weight_decay=0.1, bf16=True,
+                          log_every=50, val_every=2000, diag_every=0, checkpoint_every=2000,
+                          checkpoint_minutes=30.0)
+        data = LunaDataConfig(batch_frames=16_000, max_batch_size=128)
+    return LunaTrainConfig(name=name, model=model, duration=duration, shards=shards, manifest=manifest, data=data,
+                           loop=loop)
+
+
+def config_to_json(cfg: LunaTrainConfig) -> dict[str, Any]:
+    return to_dict(cfg)
+
+
+def config_from_json(data: dict[str, Any]) -> LunaTrainConfig:
+    return from_dict(LunaTrainConfig, data)
+
+
+def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: str | None = None,
+               resume: bool = False, stop_at_step: int | None = None, max_minutes: float | None = None,
+               threads: int | None = None, progress: bool = True,
+               init_from: str | Path | None = None) -> LoopResult:
+    """Train (or resume) Luna in ``run_dir``; ``cfg`` may be None on resume (the run's config is used).
+
+    ``init_from`` (a shipped model name or directory) warm-starts a new run from its fp16 weights (acoustic model
+    and duration predictor) and tokenizer, with fresh optimizer state: how training continues on another machine,
+    where only the export travels.
+    """
+    from duet.text import get_tokenizer
+
+    run_dir = Path(run_dir)
+    if resume and (run_dir / "config.json").is_file():
+        cfg = merge_resume(config_from_json(json.loads((run_dir / "config.json").read_text())), cfg)
+    if cfg is None:
+        raise DuetError("no config: give --preset, or --resume a run directory that has config.json")
+    if not cfg.shards or not cfg.manifest:
+        raise DuetError("Luna training needs --shards (encoded RVQ codes) and --manifest (their corpus)")
+    if threads:
+        torch.set_num_threads(threads)
+    shipped = None
+    if init_from is not None and not resume:
+        from duet.tts import resolve_model
+
+        shipped = load_luna(resolve_model(init_from))
+        if (shipped.bundle.acoustic.config, shipped.bundle.duration.config) != (cfg.model, cfg.duration):
+            raise DuetError(f"{init_from} is a different model than the run's {cfg.name}; cannot warm-start")
+        tokenizer = str(shipped.path / "tokenizer.json")
+    env = setup_distributed(cfg.loop.device)
+    try:
+        if not resume and latest_checkpoint(run_dir) is not None:  # every rank sees it: none waits for another
+            raise DuetError(f"{run_dir} already holds a run; --resume it or choose another --out")
+        if env.is_main:  # one writer; the other ranks wait at the barrier below
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.json").write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
+            prepare_tokenizer(tokenizer, run_dir, cfg, resume)
+        if env.distributed:
+            dist.barrier()
+        tok = get_tokenizer(run_dir / "tokenizer.json")
+        if len(tok) > cfg.model.backbone.vocab_size:
+            raise DuetError(f"the tokenizer has {len(tok)} ids but {cfg.name}'s text embedding only "
+                            f"{cfg.model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
+        data = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=cfg.model)
+        val = None
+        if cfg.data.val_items and cfg.loop.val_every:
+            try:
+                val = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=cfg.model,
+                                           limit=cfg.data.val_items).batches()
+            except DuetError:  # a corpus without a val split: train without validation
+                val = None
+        if env.is_main:
+            rows = sum(b.inputs.batch_size for b in val) if val else 0
+            print(f"train: {data.summary()}; val: {rows} utterances", file=sys.stderr)
+        torch.manual_seed(cfg.loop.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+        bundle = LunaBundle(cfg.model, cfg.duration)
+        if shipped is not None:
+            bundle.load_state_dict(shipped.bundle.state_dict())
+        from duet.data.shards import CodeShards
+
+        shards = CodeShards(cfg.shards)
+        extra = {"recipe": "luna-diffusion", "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
+                 "train_utterances": len(data), "train_frames": data.frames,
+                 "init_from": str(init_from) if shipped is not None else None}
+        objective = LunaDiffusion(cfg.diffusion, cfg.duration_weight)
+        return train(bundle, objective, data, cfg.loop, run_dir, val_batches=val, resume=resume,
+                     stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
+                     title=f"{cfg.name} ({run_dir.name})")
+    finally:
+        if env.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def export_luna(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
+                best: bool = True) -> Path:
+    """A run's checkpoint -> the shipped format (``duet.luna.shipped``: fp16 weights, config, tokenizer, codec).
+
+    By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
+    Load it with ``duet.luna.shipped.load_luna`` (the model) or ``duet.load`` (a speaker).
+    """
+    run_dir = Path(run_dir)
+    ckpt, info, run_state = export_source(run_dir, checkpoint, best)
+    try:
+        cfg = config_from_json(json.loads((run_dir / "config.json").read_text()))
+    except OSError as err:
+        raise DuetError(f"{run_dir} is not a Luna run directory (no config.json)") from err
+    bundle = LunaBundle(cfg.model, cfg.duration)
+    bundle.load_state_dict(load_weights(ckpt, "model"), strict=True)
+    return save_luna(bundle.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"),
+                     info={"preset": cfg.name, **info})
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+
+
+def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``luna`` and ``luna-export`` to the ``duet train`` sub-commands."""
+    p = subparsers.add_parser("luna", help="train a Luna-TTS model and its duration predictor on encoded RVQ codes")
+    add_recipe_arguments(p, sorted(PRESETS), "runs/luna-tiny")
+    p.set_defaults(func=_run_train)
+
+    e = subparsers.add_parser("luna-export", help="write a Luna run as a shipped model (fp16 safetensors)")
+    e.add_argument("run_dir")
+    e.add_argument("--out", required=True, help="e.g. checkpoints/luna-tiny")
+    e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
+    e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
+    e.set_defaults(func=_run_export)
+
+
+def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
+    """Flags -> LunaTrainConfig (on a resume without --preset: the run's config, with the given overrides)."""
+    return recipe_config_from_args(args, recipe, config_from_json, ", ".join(PRESETS))
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    result = train_luna(cfg, args.out, tokenizer=args.tokenizer, resume=args.resume, stop_at_step=args.stop_at,
+                        max_minutes=args.minutes, threads=args.threads, progress=not args.quiet,
+                        init_from=args.init_from)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line
+        print(summary_line(result))
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    path = export_luna(args.run_dir, args.out, args.checkpoint, best=not args.latest)
+    print(f"exported {args.run_dir} -> {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m duet.luna.train luna ...`` (what torchrun launches)."""
+    parser = argparse.ArgumentParser(prog="duet train")
+    sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
+    sub.required = True
+    add_train_luna_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except DuetError as err:
+        print(f"duet: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""A shipped TTS model directory, whatever the family: ``config.json`` + ``model.safetensors`` + ``tokenizer.json``.
+
+``config.json`` starts ``{"type": FAMILY, "format_version": N, "dtype": "float16", ...}``; what follows is the
+family's (``duet.gepard.checkpoint``, ``duet.luna.checkpoint``). Weights are stored as float16 (half the bytes;
+small models ship in git) and read back as float32; tensor names are the family module's state-dict names, so
+loading is ``load_state_dict``. Each file is written to a temporary name and renamed into place. Never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from duet.errors import DuetError
+
+FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def write_shipped(out_dir: str | Path, kind: str, format_version: int, state: dict[str, torch.Tensor],
+                  tokenizer_file: str | Path, body: dict[str, Any], dtype: torch.dtype = torch.float16) -> Path:
+    """Write weights (floating tensors cast to ``dtype``), the tokenizer and ``config.json`` = header + ``body``."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = {k: (v.to(dtype) if v.is_floating_point() else v).detach().contiguous().clone()
+               for k, v in state.items()}
+    tmp = out_dir / "model.safetensors.tmp"
+    save_file(weights, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out_dir / "model.safetensors")
+    tmp = out_dir / "tokenizer.json.tmp"
+    shutil.copyfile(tokenizer_file, tmp)
+    os.replace(tmp, out_dir / "tokenizer.json")
+    meta = {"type": kind, "format_version": format_version, "dtype": str(dtype).removeprefix("torch."), **body}
+    tmp = out_dir / "config.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, out_dir / "config.json")
+    return out_dir
+
+
+def read_shipped(path: str | Path, kind: str, format_version: int,
+                 family: str) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
+    """-> (config.json, float32 weights, tokenizer) of a directory written by :func:`write_shipped`.
+
+    ``family`` names the model in errors ("Gepard", "Luna"): a missing file, a directory of another type or format.
+    """
+    from safetensors.torch import load_file
+
+    from duet.text import get_tokenizer
+
+    path = Path(path)
+    files = [path / name for name in FILES]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise DuetError(f"{path} is not a {family} checkpoint (missing {', '.join(missing)})")
+    try:
+        meta = json.loads(files[0].read_text())
+    except json.JSONDecodeError as err:
+        raise DuetError(f"{files[0]} is not JSON: {err}") from err
+    if meta.get("type") != kind:
+        raise DuetError(f"{path} holds a {meta.get('type')!r} checkpoint, not a {family} model")
+    if meta.get("format_version") != format_version:
+        raise DuetError(f"{path}: {family} checkpoint format {meta.get('format_version')} is not supported")
+    weights = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(files[1])).items()}
+    return meta, weights, get_tokenizer(files[2])

@@ -1,0 +1,59 @@
+"""Luna-TTS training: the masked-diffusion loss of the acoustic model plus its duration predictor's loss.
+
+- loss = diffusion + ``duration_weight`` x duration CE, from one ``LunaBundle`` forward (``duet.luna.bundle``):
+  absorbing-state masking with the 1/t-weighted cross-entropy (Luna §2.3, ``duet.luna.diffusion``), text dropped
+  with probability 0.1 for classifier-free guidance (§2.5), prompt/target splits for cloning; the duration
+  predictor's bin cross-entropy on the recipe's approximate per-token targets (``duet.luna.data``).
+- logged: ``diffusion`` (the 1/t-weighted loss, nats per target cell), ``masked_ce`` and ``masked_acc`` (plain CE and
+  argmax accuracy over masked cells; 0 for a batch in which no cell was masked, which only a tiny batch at a tiny
+  noise level produces), ``duration_ce``, ``length_err`` (mean |predicted T - true T| / T: what decoding will use).
+- randomness: every draw of the forward process (prompt cuts, text dropout, noise levels, masks) comes from the
+  objective's own generator, which the loop seeds per rank and saves in every checkpoint, so a resumed run takes the
+  same draws as an uninterrupted one.
+- validation: the same losses, but with text dropout off (the conditional bound is what speaking uses) and a
+  generator re-seeded for every batch, so the same held-out batch gets the same draws at every validation and
+  validation never moves the training draws.
+- no LR multipliers: the report gives none for Luna, and luna-tiny starts from scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from duet.luna.bundle import LunaLosses
+from duet.luna.diffusion import DiffusionConfig
+from duet.train.loop import Objective
+
+VAL_SEED = 1234
+
+
+class LunaDiffusion(Objective):
+    name = "luna-diffusion"
+
+    def __init__(self, diffusion: DiffusionConfig = DiffusionConfig(), duration_weight: float = 1.0):
+        self.diffusion = diffusion
+        self.duration_weight = duration_weight
+        self.generator = torch.Generator()  # CPU: drives GPU training too (diffusion._rand moves the draws)
+
+    def generators(self) -> dict[str, torch.Generator]:
+        return {"diffusion": self.generator}
+
+    def _losses(self, out: LunaLosses) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        d = out.diffusion
+        loss = d.loss + self.duration_weight * out.duration
+        return loss, {"diffusion": d.loss.detach(), "masked_ce": torch.nan_to_num(d.masked_ce, nan=0.0),
+                      "masked_acc": torch.nan_to_num(d.masked_accuracy, nan=0.0),
+                      "duration_ce": out.duration.detach(), "length_err": out.length_error}
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self._losses(model(batch, self.diffusion, self.generator))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, batch: Any) -> dict[str, float]:
+        generator = torch.Generator().manual_seed(VAL_SEED)
+        loss, metrics = self._losses(model(batch, replace(self.diffusion, text_drop_prob=0.0), generator))
+        return {"loss": float(loss), **{k: float(v) for k, v in metrics.items()}}

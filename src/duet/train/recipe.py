@@ -1,0 +1,185 @@
+"""What every family's training recipe (``duet.gepard.train``, ``duet.luna.train``) shares around the loop.
+
+A recipe config is a frozen dataclass with at least ``shards`` (encoded codes), ``manifest`` (their corpus),
+``data`` (a data config with ``languages`` / ``normalize`` / ``batch_frames`` / ``max_batch_size`` / ``seed``),
+``loop`` (:class:`duet.train.loop.LoopConfig`) and ``bpe_vocab``; this module holds the pieces that only touch those:
+
+- :func:`merge_resume`: on ``--resume`` the run's saved config wins; only the data paths and the loop fields that do
+  not change the steps already taken (:data:`RESUMABLE_LOOP_FIELDS`) may differ;
+- :func:`prepare_tokenizer`: the run's own ``tokenizer.json`` (trained BPE, Qwen3's, or a copy);
+- :func:`export_source`: which checkpoint an export reads (best by validation loss, else latest) and its provenance;
+- :func:`add_recipe_arguments` / :func:`config_from_args`: the ``duet train FAMILY`` flags and their parsing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from duet.data.utterances import train_tokenizer
+from duet.errors import DuetError
+from duet.train.checkpoint import latest_checkpoint, read_state
+from duet.train.loop import BEST, LoopResult
+
+TRAIN_BPE = "train-bpe"
+QWEN3 = "qwen3"
+
+# Loop fields a resumed run may change: they steer logging, saving and stopping, not the steps already taken
+# (max_steps moves the end of the cosine, as in the codec loop).
+RESUMABLE_LOOP_FIELDS = ("max_steps", "log_every", "val_every", "diag_every", "checkpoint_every",
+                         "checkpoint_minutes", "keep_checkpoints", "patience", "min_delta", "device")
+
+C = TypeVar("C")
+
+
+def merge_resume(saved: C, cfg: C | None) -> C:
+    """The saved config, with the data paths and the loop fields that do not change the past taken from ``cfg``."""
+    if cfg is None or cfg == saved:
+        return saved
+    # Data paths may move between invocations (the same corpus elsewhere); anything else must match.
+    as_saved = replace(cfg, shards=saved.shards, manifest=saved.manifest,
+                       loop=replace(cfg.loop, **{k: getattr(saved.loop, k) for k in RESUMABLE_LOOP_FIELDS}))
+    if as_saved != saved:
+        changed = [f"loop.{f.name}" for f in fields(saved.loop)
+                   if getattr(saved.loop, f.name) != getattr(as_saved.loop, f.name)]
+        changed += [f.name for f in fields(saved)
+                    if f.name != "loop" and getattr(saved, f.name) != getattr(as_saved, f.name)]
+        raise DuetError(f"the run was trained with a different {', '.join(changed)}; on --resume only "
+                        f"the data paths and {', '.join(RESUMABLE_LOOP_FIELDS)} may change")
+    return replace(saved, shards=cfg.shards, manifest=cfg.manifest,
+                   loop=replace(saved.loop, **{k: getattr(cfg.loop, k) for k in RESUMABLE_LOOP_FIELDS}))
+
+
+def prepare_tokenizer(spec: str | None, run_dir: Path, cfg: Any, resume: bool) -> Path:
+    """The run's ``tokenizer.json``: kept on a resume, else trained (``train-bpe``, ``cfg.bpe_vocab`` bytes +
+    merges on the prepared training texts of ``cfg.manifest``), Qwen3's (``qwen3``), or copied from a path."""
+    target = run_dir / "tokenizer.json"
+    if resume and target.is_file():
+        return target
+    spec = spec or TRAIN_BPE
+    if spec == TRAIN_BPE:
+        print(f"training a {cfg.bpe_vocab}-entry BPE on the training texts of {cfg.manifest}", file=sys.stderr)
+        return train_tokenizer(cfg.manifest, target, cfg.data, vocab_size=cfg.bpe_vocab)
+    if spec == QWEN3:
+        from duet.text import get_tokenizer
+
+        get_tokenizer(QWEN3).backend_tokenizer.save(str(target))
+        return target
+    source = Path(spec)
+    source = source / "tokenizer.json" if source.is_dir() else source
+    if not source.is_file():
+        raise DuetError(f"no tokenizer at {spec}: give a tokenizer.json, {QWEN3!r} or {TRAIN_BPE!r}")
+    shutil.copyfile(source, target)
+    return target
+
+
+def export_source(run_dir: Path, checkpoint: str | Path | None, best: bool) -> tuple[Path, dict[str, Any],
+                                                                                        dict[str, Any]]:
+    """-> (checkpoint directory, shipped ``info``, the run's ``extra`` state (codec, counters)).
+
+    By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
+    """
+    if checkpoint is not None:
+        ckpt = Path(checkpoint)
+    else:
+        ckpt = (latest_checkpoint(run_dir / BEST) if best else None) or latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise DuetError(f"{run_dir} has no checkpoint to export")
+    state = read_state(ckpt)
+    extra = state.get("extra", {})
+    latest = latest_checkpoint(run_dir)
+    run_state = read_state(latest).get("extra", {}) if latest else extra
+    try:
+        where = str(ckpt.resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        where = str(ckpt)
+    info = {"run": run_dir.name, "checkpoint": where, "step": state["step"],
+            "val_loss": extra.get("val_loss", run_state.get("best_val")),
+            "train_hours": round(run_state.get("train_seconds", 0.0) / 3600, 3),
+            "train_utterances": run_state.get("train_utterances")}
+    return ckpt, info, run_state
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+
+
+def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_example: str) -> None:
+    """The flags every ``duet train FAMILY`` stage takes (a family adds its own after these)."""
+    p.add_argument("--preset", choices=presets, default=None, help="model + recipe (omit with --resume)")
+    p.add_argument("--shards", default=None, help="encoded codes directory (duet data encode --out)")
+    p.add_argument("--manifest", default=None, help="manifest.jsonl (default: the one the shards name)")
+    p.add_argument("--tokenizer", default=None,
+                   help=f"{TRAIN_BPE} (default), {QWEN3}, or a tokenizer.json; copied into the run directory")
+    p.add_argument("--bpe-vocab", type=int, default=None, help="BPE bytes + merges for train-bpe (default 2048)")
+    p.add_argument("--out", required=True, help=f"run directory, e.g. {out_example}")
+    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--init-from", default=None,
+                   help="warm-start a new run from a shipped model (name or directory): weights and tokenizer")
+    p.add_argument("--steps", type=int, default=None, help="schedule length in optimizer steps (cosine end)")
+    p.add_argument("--stop-at", type=int, default=None, help="stop this invocation at this step")
+    p.add_argument("--minutes", type=float, default=None, help="stop this invocation after so many minutes")
+    p.add_argument("--batch-frames", type=int, default=None, help="padded text + audio positions per batch")
+    p.add_argument("--max-batch", type=int, default=None, help="rows per batch at most")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (base group)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps")
+    p.add_argument("--accum", type=int, default=None, help="gradient accumulation steps")
+    p.add_argument("--bf16", action="store_true", default=None, help="bfloat16 autocast")
+    p.add_argument("--val-every", type=int, default=None, help="steps between validations (0: none)")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
+    p.add_argument("--patience", type=int, default=None, help="early stop after N validations without gain (0: off)")
+    p.add_argument("--languages", default=None, help="comma-separated manifest languages to keep, e.g. en")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], from_json: Callable[[dict], C],
+                     presets_hint: str) -> C:
+    """The shared flags -> a recipe config: ``recipe(preset, shards=, manifest=)`` or, on a resume without
+    ``--preset``, the run's saved config (``from_json``), with the given overrides applied."""
+    if args.preset is None:
+        if not args.resume:
+            raise DuetError(f"give --preset ({presets_hint}), or --resume an existing run")
+        saved = Path(args.out) / "config.json"
+        if not saved.is_file():
+            raise DuetError(f"cannot resume {args.out}: it has no config.json")
+        cfg = from_json(json.loads(saved.read_text()))
+    else:
+        if not args.shards:
+            raise DuetError("--shards is required (the output of duet data encode)")
+        manifest = args.manifest
+        if manifest is None:
+            index = Path(args.shards) / "index.json"
+            manifest = json.loads(index.read_text()).get("manifest") if index.is_file() else None
+            if not manifest:
+                raise DuetError(f"--manifest is required ({index} names none)")
+        cfg = recipe(args.preset, shards=args.shards, manifest=manifest)
+    loop = {k: v for k, v in (("max_steps", args.steps), ("lr", args.lr), ("warmup_steps", args.warmup),
+                              ("accum_steps", args.accum), ("bf16", args.bf16), ("val_every", args.val_every),
+                              ("checkpoint_every", args.checkpoint_every), ("patience", args.patience),
+                              ("seed", args.seed)) if v is not None}
+    data = {k: v for k, v in (("batch_frames", args.batch_frames), ("max_batch_size", args.max_batch),
+                              ("seed", args.seed)) if v is not None}
+    if args.languages is not None:
+        data["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+    cfg = replace(cfg, loop=replace(cfg.loop, **loop), data=replace(cfg.data, **data))
+    if args.bpe_vocab is not None:
+        cfg = replace(cfg, bpe_vocab=args.bpe_vocab)
+    if args.preset is None and args.shards:
+        cfg = replace(cfg, shards=args.shards)
+    if args.preset is None and args.manifest:
+        cfg = replace(cfg, manifest=args.manifest)
+    return cfg
+
+
+def summary_line(result: LoopResult) -> str:
+    """One line for the end of ``duet train FAMILY``."""
+    last = ", ".join(f"{k} {v:.4f}" for k, v in result.last.items())
+    best = f", best val loss {result.best_val:.4f}" if result.best_val is not None else ""
+    return (f"{result.run_dir}: step {result.step} ({result.stopped}), {last}{best}, "
+            f"{result.skipped_steps} skipped steps")

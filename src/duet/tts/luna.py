@@ -1,0 +1,164 @@
+"""Luna-TTS as a speaker: text -> sentences -> text ids -> length T (duration predictor) -> MaskGIT -> codec -> audio.
+
+Luna is non-autoregressive: a piece's whole grid is refined at once (S steps over all T frames), so none of it can
+be heard before all of it is decoded. ``stream`` therefore yields one chunk per piece of text (a sentence, see
+``duet.text.sentences``), with the silent gap between pieces as chunks of their own; the chunks concatenate to
+exactly what ``speak`` returns for the same seed (both run the same per-piece generator). Luna-TTS Realtime
+(``duet.luna.stream``) is the family member that streams inside a sentence.
+
+Per piece: T = round(sum of the predictor's expected token durations / ``speed``) (``duration.total_frames``;
+speed > 1 speaks faster), at most ``max_frames`` and what the model's positions leave after the text (a capped
+piece reports "bound", any other "length"); the all-mask (1, T, Q) grid is decoded in ``steps`` MaskGIT steps
+(32 by default, §2.5; 16 and 8 are the report's faster settings) with CFG on the text; the codec named in the
+checkpoint turns the (1, Q, T) codes into audio. Piece i samples with a generator seeded ``seed + i``, so a seed
+fixes the whole utterance. Bad input is a DuetError before any decoding: empty text, an unknown voice, steps < 1,
+speed <= 0, or a text the predictor gives 0 frames.
+
+One voice: the model speaks in whichever voice its text condition draws (no prompt). Cloning from a reference clip
+(``duet.luna.infill.clone``) is not exposed here yet.
+
+Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from duet.errors import DuetError
+from duet.luna.data import encode_text
+from duet.luna.decode import DecodeConfig, maskgit_decode
+from duet.luna.duration import total_frames
+from duet.luna.model import LunaInputs
+from duet.luna.shipped import LoadedLuna, load_luna
+from duet.text.sentences import split_sentences
+from duet.tts.speech import Speech
+
+LENGTH = "length"  # the piece has the length the duration predictor gave it
+BOUND = "bound"  # the length was capped at max_frames (or the model's positions)
+
+
+@dataclass(frozen=True)
+class LunaSpeakConfig:
+    decode: DecodeConfig = DecodeConfig(steps=32)  # steps, temperature, top-k, CFG scale (duet.luna.decode)
+    speed: float = 1.0  # > 1 speaks faster: T = predicted frames / speed
+    max_chars: int = 200  # longest piece of text per decode
+    max_frames: int = 750  # longest piece of audio (30 s at 25 Hz)
+    gap_seconds: float = 0.15  # silence between pieces
+    language: str = "en"
+
+
+class LunaSpeaker:
+    """A loaded Luna model (acoustic model + duration predictor) with its codec."""
+
+    voices = ("default",)
+
+    def __init__(self, loaded: LoadedLuna, codec, config: LunaSpeakConfig = LunaSpeakConfig()):
+        self.model = loaded.bundle.acoustic
+        self.duration = loaded.bundle.duration
+        self.tokenizer = loaded.tokenizer
+        self.codec = codec
+        self.config = config
+        self.name = loaded.path.name
+        self.sample_rate = codec.sample_rate
+        cfg = self.model.config
+        want = (cfg.codebook_size,) * cfg.num_codebooks
+        if tuple(codec.codebook_sizes) != want:
+            raise DuetError(f"{self.name} needs a codec of {cfg.num_codebooks} codebooks x {cfg.codebook_size}; "
+                            f"{codec} has {tuple(codec.codebook_sizes)}")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu") -> "LunaSpeaker":
+        from duet.codecs import load as load_codec
+
+        loaded = load_luna(path, device=device)
+        return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device))
+
+    # ---- checks (eager: before any decoding) ------------------------------------------------------------------
+    def _check(self, text: str, voice: str | None, steps: int | None, speed: float | None, temperature: float | None,
+               top_k: int | None) -> tuple[list[str], DecodeConfig, float]:
+        if voice is not None and voice not in self.voices:
+            raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
+        overrides = {k: v for k, v in (("steps", steps), ("temperature", temperature), ("top_k", top_k))
+                     if v is not None}
+        decode = replace(self.config.decode, **overrides)  # DecodeConfig refuses steps < 1 with a DuetError
+        speed = self.config.speed if speed is None else speed
+        if not (math.isfinite(speed) and speed > 0):
+            raise DuetError(f"speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")
+        pieces = split_sentences(text, self.config.max_chars)
+        if not pieces:
+            raise DuetError("the text is empty")
+        return pieces, decode, speed
+
+    # ---- one piece --------------------------------------------------------------------------------------------
+    def frames_for(self, ids: list[int], speed: float = 1.0) -> tuple[int, str]:
+        """-> (T, "length" or "bound") for wrapped text ids: the predictor's total / speed, capped."""
+        device = self.model.audio_heads.weight.device
+        text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
+        lengths = torch.tensor([len(ids)], device=device)  # (1,)
+        durations = self.duration.token_durations(text, lengths)  # (1, S)
+        if round(float(durations.sum()) / speed) < 1:
+            raise DuetError(f"the duration predictor gives this text 0 frames at speed {speed:g}; "
+                            "use a lower speed or a longer text")
+        frames = int(total_frames(durations, lengths, speed)[0])
+        limit = min(self.config.max_frames, self.model.config.backbone.max_positions - len(ids))
+        if limit < 1:
+            raise DuetError(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences")
+        return (frames, LENGTH) if frames <= limit else (limit, BOUND)
+
+    def _piece(self, piece: str, decode: DecodeConfig, speed: float,
+               generator: torch.Generator | None) -> tuple[np.ndarray, str]:
+        ids = encode_text(piece, self.tokenizer, language=self.config.language)
+        frames, ended = self.frames_for(ids, speed)
+        cfg, device = self.model.config, self.model.audio_heads.weight.device
+        empty = torch.full((1, frames, cfg.num_codebooks), cfg.mask_id, dtype=torch.long, device=device)  # (1, T, Q)
+        text = torch.tensor([ids], device=device)  # (1, S)
+        inputs = LunaInputs(text, torch.tensor([len(ids)], device=device), empty, torch.tensor([frames], device=device))
+        grid = maskgit_decode(self.model.logits_fn(inputs), empty, cfg.mask_id, decode, generator=generator).tokens
+        with torch.no_grad():
+            audio = self.codec.decode(grid.transpose(1, 2)).audio[0]  # codes (1, Q, T) -> samples
+        return audio.float().cpu().numpy(), ended
+
+    def _generate(self, pieces: list[str], decode: DecodeConfig, speed: float,
+                  seed: int | None) -> Iterator[tuple[np.ndarray, str]]:
+        for i, piece in enumerate(pieces):
+            generator = None if seed is None else torch.Generator().manual_seed(seed + i)
+            yield self._piece(piece, decode, speed, generator)
+
+    # ---- the speaker surface ----------------------------------------------------------------------------------
+    def stream(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
+               speed: float | None = None, temperature: float | None = None, top_k: int | None = None,
+               ended: list[str] | None = None) -> Iterator[np.ndarray]:
+        """Audio chunks (float32 (s,)): each piece's audio once decoded, with the gaps between pieces as chunks.
+        ``ended`` (if given) collects how each piece ended. Input is checked here, not at the first chunk."""
+        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k)
+        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+
+        def chunks() -> Iterator[np.ndarray]:
+            for i, (audio, how) in enumerate(self._generate(pieces, decode, speed, seed)):
+                if ended is not None:
+                    ended.append(how)
+                if i:
+                    yield gap
+                yield audio
+
+        return chunks()
+
+    def speak(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
+              speed: float | None = None, temperature: float | None = None, top_k: int | None = None) -> Speech:
+        """The whole utterance: every piece decoded, joined with ``gap_seconds`` of silence."""
+        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k)
+        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+        audio: list[np.ndarray] = []
+        ended: list[str] = []
+        for i, (piece_audio, how) in enumerate(self._generate(pieces, decode, speed, seed)):
+            if i:
+                audio.append(gap)
+            audio.append(piece_audio)
+            ended.append(how)
+        return Speech(np.concatenate(audio).astype(np.float32), self.sample_rate, tuple(pieces), tuple(ended))

@@ -1,0 +1,205 @@
+"""The Luna recipe on a fake corpus encoded into real shards (8 x 2048 RVQ codes at 25 Hz): data and duration
+targets, batching, training, bit-exact resume, export, loading, warm start and the command line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from corpus_testing import MISSING, UTTERANCES
+from duet.data.shards import CodeShards
+from duet.data.utterances import train_tokenizer
+from duet.errors import DuetError
+from duet.luna.config import PRESETS
+from duet.luna.data import LunaData, LunaDataConfig, encode_text, token_weights
+from duet.luna.model import LunaInputs
+from duet.luna.shipped import load_luna
+from duet.luna.train import LunaTrainConfig, config_from_json, config_to_json, export_luna, main, recipe, train_luna
+from duet.text import get_tokenizer
+from duet.text.tokens import service_ids
+from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
+from duet.train.loop import LoopConfig
+from duet.train.metrics import read_metrics
+from luna_train_testing import K, Q, micro_configs, write_rvq_corpus
+
+DATA = LunaDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    manifest, shards = write_rvq_corpus(root)
+    tokenizer = train_tokenizer(manifest, root / "tokenizer.json", DATA, vocab_size=300)
+    return manifest, shards, tokenizer
+
+
+def _data(corpus, split="train", **cfg) -> LunaData:
+    manifest, shards, tokenizer = corpus
+    model, _ = micro_configs()
+    return LunaData.from_shards(shards, manifest, get_tokenizer(tokenizer), replace(DATA, **cfg), split, model=model,
+                                limit=DATA.val_items if split == "val" else None)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_has_a_recipe_that_round_trips_json(name):
+    cfg = recipe(name, shards="codes", manifest="manifest.jsonl")
+    assert cfg.name == name and cfg.model.backbone.vocab_size == cfg.duration.backbone.vocab_size
+    assert cfg.diffusion.text_drop_prob == 0.1  # Luna §2.5: CFG text dropout
+    assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
+
+
+def test_items_text_and_duration_targets(corpus):
+    data = _data(corpus)
+    expected = {u[0] for u in UTTERANCES if u[3] == "train" and u[4] <= 100}
+    assert {it.id for it in data.items} == expected and MISSING[0] not in expected
+    assert data.dropped == {"no_codes": 1, "too_long": 1, "empty_text": 0}
+    text = {it.id: it.text for it in data.items}
+    assert text["slt-002"] == "I have three cats and two dogs."  # English normalised, as for Gepard
+    assert text["esp-002"] == "Tengo 3 gatos."
+    frames = {u[0]: u[4] for u in UTTERANCES}
+    for item in data.items:
+        assert item.frames == frames[item.id]
+        assert sum(item.weights) == sum(not c.isspace() for c in item.text)  # every character counted once
+    batch = data.make_batch(range(len(data)))
+    for row, item in enumerate(data.items):
+        s = int(batch.inputs.text_lengths[row])
+        d = batch.durations[row, :s].tolist()
+        assert d[0] == d[-1] == 0 and sum(d) == item.frames  # SOT/EOT carry nothing; the rest add up to T exactly
+        assert all(x == 0 for x in batch.durations[row, s:].tolist())
+        # Proportional to characters: each token within one frame of its exact share.
+        share = [item.frames * w / sum(item.weights) for w in item.weights]
+        assert all(abs(a - b) <= 1 for a, b in zip(d[1:-1], share))
+
+
+def test_token_weights_count_non_space_characters():
+    assert token_weights(" the cat.", [(0, 4), (4, 8), (8, 9)]) == [3, 3, 1]
+    assert token_weights("a  b", [(0, 1), (1, 3), (3, 4)]) == [1, 0, 1]
+
+
+def test_a_batch_holds_wrapped_text_and_frame_major_grids(corpus):
+    manifest, shards, tokenizer = corpus
+    data = _data(corpus)
+    tok = get_tokenizer(tokenizer)
+    service = service_ids(tok)
+    codes = CodeShards(shards)
+    for e in range(2):
+        for i, batch in enumerate(data.epoch(e)):
+            inputs: LunaInputs = batch.inputs
+            assert inputs.prompt is None and inputs.target.shape[-1] == Q
+            for row, index in enumerate(data.plan(e)[i]):
+                item = data.items[index]
+                s, t = int(inputs.text_lengths[row]), int(inputs.target_lengths[row])
+                ids = inputs.text_ids[row, :s].tolist()
+                assert ids == encode_text(item.text, tok, normalize=False)  # inference wraps the same way
+                assert ids[0] == service.sot and ids[-1] == service.eot
+                assert torch.equal(inputs.target[row, :t], codes[item.id].long().T)  # (T, Q)
+                assert bool((inputs.target[row, t:] == K).all())  # padding holds the mask id
+
+
+def test_batches_respect_the_budget_and_cover_each_epoch_once(corpus):
+    data = _data(corpus)
+    for epoch in range(3):
+        plan = data.plan(epoch)
+        assert sorted(i for b in plan for i in b) == list(range(len(data)))
+        for b in plan:
+            assert len(b) <= DATA.max_batch_size
+            assert len(b) * max(data.items[i].positions for i in b) <= DATA.batch_frames
+    assert data.plan(0) == _data(corpus).plan(0) and data.plan(0) != data.plan(1)
+    with pytest.raises(DuetError, match="wants 8 of 64"):
+        LunaData.from_shards(corpus[1], corpus[0], get_tokenizer(corpus[2]), DATA, model=micro_configs(k=64)[0])
+
+
+def _recipe(corpus, **loop) -> LunaTrainConfig:
+    manifest, shards, _ = corpus
+    model, duration = micro_configs()
+    base = dict(max_steps=8, lr=3e-3, warmup_steps=2, log_every=1, val_every=3, diag_every=0, checkpoint_every=0)
+    return LunaTrainConfig(name="micro", model=model, duration=duration, shards=str(shards), manifest=str(manifest),
+                           data=DATA, loop=LoopConfig(**{**base, **loop}), bpe_vocab=300)
+
+
+def test_train_resume_export_load(corpus, tmp_path):
+    """Resumed mid-epoch: the same losses to the bit as an uninterrupted run (noise, masks, prompt cuts and text
+    dropout all come from the objective's generator, saved in every checkpoint)."""
+    cfg = _recipe(corpus)
+    a = train_luna(cfg, tmp_path / "a", tokenizer="train-bpe", progress=False)
+    train_luna(cfg, tmp_path / "b", tokenizer="train-bpe", stop_at_step=4, progress=False)
+    torch.manual_seed(123)
+    b = train_luna(None, tmp_path / "b", resume=True, progress=False)  # config and tokenizer from the run
+    assert a.step == b.step == 8 and a.skipped_steps == 0
+    keys = ("loss", "diffusion", "duration_ce", "length_err", "val_loss", "val_length_err")
+    la = [tuple(r.get(k) for k in ("step",) + keys) for r in read_metrics(tmp_path / "a" / "metrics.jsonl")]
+    lb = [tuple(r.get(k) for k in ("step",) + keys) for r in read_metrics(tmp_path / "b" / "metrics.jsonl")]
+    assert la == lb and len(la) > 8
+    records = read_metrics(tmp_path / "a" / "metrics.jsonl")
+    train_rows, val_rows = [r for r in records if "loss" in r], [r for r in records if "val_loss" in r]
+    assert train_rows[-1]["duration_ce"] < train_rows[0]["duration_ce"]  # it learns something in 8 steps
+    assert val_rows[-1]["val_loss"] < val_rows[0]["val_loss"]  # validation draws are fixed: comparable over steps
+    state = read_state(latest_checkpoint(tmp_path / "a"))
+    assert state["extra"]["epoch"] >= 2 and state["extra"]["codec"] == {"name": "hash-rvq", "frame_rate": 25.0}
+
+    out = export_luna(tmp_path / "a", tmp_path / "export")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["type"] == "luna" and meta["dtype"] == "float16" and meta["codec"]["name"] == "hash-rvq"
+    loaded = load_luna(out)
+    best = latest_checkpoint(tmp_path / "a" / "best")
+    trained = load_weights(best, "model")
+    got = loaded.bundle.state_dict()
+    assert got.keys() == trained.keys() and any(k.startswith("duration.") for k in got)
+    assert all(torch.equal(got[k], trained[k].half().float()) for k in got)  # fp16 on disk, float32 back
+    assert loaded.info["step"] == read_state(best)["step"] and loaded.info["preset"] == "micro"
+    ids = encode_text("Thank you.", loaded.tokenizer)
+    text, lengths = torch.tensor([ids]), torch.tensor([len(ids)])
+    assert int(loaded.bundle.duration.predict_frames(text, lengths)[0]) >= 1
+    grid = torch.full((1, 5, Q), K)
+    logits = loaded.bundle.acoustic(LunaInputs(text, lengths, grid, torch.tensor([5])))
+    assert logits.shape == (1, 5, Q, K) and torch.isfinite(logits).all()
+
+
+def test_resume_refuses_a_changed_recipe_and_a_fresh_run_an_old_directory(corpus, tmp_path):
+    cfg = _recipe(corpus, max_steps=2, val_every=0)
+    train_luna(cfg, tmp_path, tokenizer="train-bpe", progress=False)
+    with pytest.raises(DuetError, match="already holds a run"):
+        train_luna(cfg, tmp_path, tokenizer="train-bpe", progress=False)
+    assert train_luna(replace(cfg, loop=replace(cfg.loop, max_steps=3)), tmp_path, resume=True,
+                      progress=False).step == 3
+    with pytest.raises(DuetError, match="different duration_weight"):
+        train_luna(replace(cfg, duration_weight=2.0), tmp_path, resume=True, progress=False)
+
+
+def test_init_from_a_shipped_model_starts_from_its_weights_and_tokenizer(corpus, tmp_path):
+    cfg = _recipe(corpus, max_steps=3, val_every=0)
+    train_luna(cfg, tmp_path / "a", tokenizer="train-bpe", progress=False)
+    shipped = export_luna(tmp_path / "a", tmp_path / "shipped", best=False)
+    # A vanishing learning rate (and no weight decay) leaves the weights where the warm start put them.
+    zero = replace(cfg, loop=replace(cfg.loop, lr=1e-30, warmup_steps=0, weight_decay=0.0))
+    train_luna(zero, tmp_path / "b", stop_at_step=1, progress=False, init_from=shipped)
+    warm = load_weights(latest_checkpoint(tmp_path / "b"), "model")
+    want = load_luna(shipped).bundle.state_dict()
+    assert warm.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(warm[k], want[k], rtol=0, atol=1e-20)
+    assert (tmp_path / "b" / "tokenizer.json").read_bytes() == (shipped / "tokenizer.json").read_bytes()
+    other = replace(cfg, duration=replace(cfg.duration, num_bins=8))
+    with pytest.raises(DuetError, match="cannot warm-start"):
+        train_luna(other, tmp_path / "c", progress=False, init_from=shipped)
+
+
+def test_command_line_trains_luna_tiny_and_exports(corpus, tmp_path, capsys):
+    manifest, shards, _ = corpus
+    run = tmp_path / "run"
+    argv = ["luna", "--preset", "luna-tiny", "--shards", str(shards), "--manifest", str(manifest), "--out", str(run),
+            "--steps", "1", "--batch-frames", "120", "--max-batch", "4", "--val-every", "0", "--bpe-vocab", "300",
+            "--quiet"]
+    assert main(argv) == 0
+    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    assert cfg.name == "luna-tiny" and cfg.loop.max_steps == 1 and cfg.data.batch_frames == 120
+    assert "step 1 (end)" in capsys.readouterr().out
+    assert main(["luna", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2  # not a resume any more
+    assert main(["luna-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
+    loaded = load_luna(tmp_path / "ship")
+    assert loaded.bundle.acoustic.config == cfg.model and loaded.bundle.duration.config == cfg.duration
+    assert main(["luna", "--out", str(tmp_path / "none")]) == 2  # no preset and nothing to resume

@@ -1,0 +1,182 @@
+"""duet.load / LunaSpeaker / `duet speak --steps` on a randomly initialised micro Luna and a tiny duet-rvq codec.
+
+Random weights say nothing about quality; these tests pin the plumbing: the length from the duration predictor
+(speed, the bound), the number of refinement steps, seeds, sentence splitting, streaming equal to one-shot decoding,
+and clear errors (one line from the CLI) for bad input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import duet
+from checkpoint_testing import write_tiny_gepard, write_tiny_luna
+from duet.cli import main
+from duet.errors import DuetError
+from duet.luna.data import encode_text
+from duet.tts import MODELS
+from duet.tts.luna import LunaSpeaker
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return write_tiny_luna(tmp_path_factory.mktemp("luna"))
+
+
+@pytest.fixture(scope="module")
+def gepard_dir(tmp_path_factory):
+    return write_tiny_gepard(tmp_path_factory.mktemp("gepard"))
+
+
+@pytest.fixture(scope="module")
+def speaker(model_dir):
+    return duet.load(model_dir)
+
+
+def _frames(speaker, text: str, speed: float = 1.0) -> int:
+    return speaker.frames_for(encode_text(text, speaker.tokenizer), speed)[0]
+
+
+def _text(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([ids]), torch.tensor([len(ids)])  # (1, S), (1,)
+
+
+def _count_forwards(speaker, monkeypatch) -> list[int]:
+    calls: list[int] = []
+    forward = speaker.model.forward
+
+    def counted(inputs):
+        calls.append(inputs.target.shape[0])
+        return forward(inputs)
+
+    monkeypatch.setattr(speaker.model, "forward", counted)
+    return calls
+
+
+def test_load_dispatches_on_the_config_type_and_luna_tiny_is_a_known_name(speaker):
+    assert isinstance(speaker, LunaSpeaker) and "luna-tiny" in MODELS
+    assert speaker.sample_rate == speaker.codec.sample_rate and speaker.voices == ("default",)
+
+
+def test_length_comes_from_the_duration_predictor_and_speed_scales_it(speaker):
+    text = "Hello there."
+    ids = encode_text(text, speaker.tokenizer)
+    expected = float(speaker.duration.token_durations(*_text(ids)).sum())
+    frames = _frames(speaker, text)
+    assert frames == round(expected) > 0 and speaker.frames_for(ids) == (frames, "length")
+    assert _frames(speaker, text, speed=2.0) == round(expected / 2)
+    speech = speaker.speak(text, seed=3, steps=8)
+    spf = speaker.codec.samples_per_frame
+    assert speech.audio.dtype == np.float32 and speech.audio.shape == (frames * spf,)
+    assert speech.ended == ("length",) and speech.pieces == (text,)
+    fast = speaker.speak(text, seed=3, steps=8, speed=2.0)
+    assert fast.audio.shape == (round(expected / 2) * spf,)
+
+
+@pytest.mark.parametrize("steps", [32, 16, 8])
+def test_steps_set_the_number_of_refinement_passes(speaker, monkeypatch, steps):
+    calls = _count_forwards(speaker, monkeypatch)
+    speech = speaker.speak("Good morning.", seed=0, steps=steps)
+    assert len(calls) == steps and set(calls) == {2}  # one forward per step, conditional + unconditional rows (CFG)
+    assert len(speech.audio) == _frames(speaker, "Good morning.") * speaker.codec.samples_per_frame
+
+
+def test_default_is_32_steps(speaker, monkeypatch):
+    calls = _count_forwards(speaker, monkeypatch)
+    speaker.speak("Hi.", seed=0)
+    assert len(calls) == 32
+
+
+def test_speak_is_seeded(speaker):
+    a = speaker.speak("Hello there.", seed=3, steps=8)
+    b = speaker.speak("Hello there.", seed=3, steps=8)
+    c = speaker.speak("Hello there.", seed=4, steps=8)
+    np.testing.assert_array_equal(a.audio, b.audio)
+    assert not np.array_equal(a.audio, c.audio)
+
+
+def test_long_text_is_spoken_sentence_by_sentence_and_streams_one_chunk_per_sentence(speaker):
+    text = "Hello there. How are you? Good morning."
+    speech = speaker.speak(text, seed=1, steps=8)
+    gap = round(speaker.config.gap_seconds * speech.sample_rate)
+    pieces = ("Hello there.", "How are you?", "Good morning.")
+    assert speech.pieces == pieces and speech.ended == ("length",) * 3
+    spf = speaker.codec.samples_per_frame
+    assert len(speech.audio) == sum(_frames(speaker, p) for p in pieces) * spf + 2 * gap
+    ended: list[str] = []
+    chunks = list(speaker.stream(text, seed=1, steps=8, ended=ended))
+    assert len(chunks) == 5 and [len(c) for c in chunks[1::2]] == [gap, gap]  # piece, gap, piece, gap, piece
+    assert ended == list(speech.ended)
+    np.testing.assert_array_equal(np.concatenate(chunks), speech.audio)
+
+
+def test_a_length_past_the_bound_is_capped(model_dir):
+    speaker = duet.load(model_dir)
+    speaker.config = replace(speaker.config, max_frames=5)
+    speech = speaker.speak("The quick brown fox jumps over the lazy dog.", seed=0, steps=8)
+    assert speech.ended == ("bound",) and len(speech.audio) == 5 * speaker.codec.samples_per_frame
+
+
+def test_bad_input_is_a_clear_error_before_any_decoding(speaker, monkeypatch):
+    calls = _count_forwards(speaker, monkeypatch)
+    for steps in (0, -3):
+        with pytest.raises(DuetError, match="steps must be a positive integer"):
+            speaker.speak("Hi.", steps=steps)
+        with pytest.raises(DuetError, match="steps must be a positive integer"):
+            speaker.stream("Hi.", steps=steps)  # eager: raised by the call, not by the first chunk
+    with pytest.raises(DuetError, match="speed must be a positive"):
+        speaker.speak("Hi.", speed=0.0)
+    with pytest.raises(DuetError, match="0 frames"):
+        speaker.speak("Hi.", speed=1e6)
+    with pytest.raises(DuetError, match="empty"):
+        speaker.speak("   ")
+    with pytest.raises(DuetError, match="unknown voice"):
+        speaker.speak("Hi.", voice="nobody")
+    assert calls == []
+
+
+def test_a_codec_of_another_shape_is_refused(model_dir, gepard_dir):
+    with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
+        LunaSpeaker.from_pretrained(model_dir, codec=str(gepard_dir.parent / "codec"))
+
+
+def test_cli_speaks_with_steps_and_streams(model_dir, tmp_path, capsys):
+    out = tmp_path / "hello.wav"
+    argv = ["speak", "Hello there. Good morning.", "-o", str(out), "--model", str(model_dir), "--seed", "1",
+            "--steps", "16"]
+    assert main(argv) == 0
+    audio, sr = sf.read(out, dtype="float32")
+    assert sr == 24000 and len(audio) > 0
+    assert "hit the length bound" not in capsys.readouterr().out
+    streamed = tmp_path / "streamed.wav"
+    assert main(argv[:3] + [str(streamed)] + argv[4:] + ["--stream"]) == 0
+    assert "first audio after" in capsys.readouterr().out
+    np.testing.assert_allclose(sf.read(streamed, dtype="float32")[0], audio, atol=1e-4)  # 16-bit files
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--steps", "-2"], "--steps must be a positive integer"),
+    (["--speed", "0"], "--speed must be a positive number"),
+    (["--speed", "1e6"], "0 frames"),
+])
+def test_cli_luna_errors_are_one_line_and_write_nothing(model_dir, tmp_path, capsys, extra, message):
+    out = tmp_path / "x.wav"
+    assert main(["speak", "Hi.", "-o", str(out), "--model", str(model_dir), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_refuses_steps_for_gepard(gepard_dir, tmp_path, capsys):
+    """Gepard decodes frame by frame: --steps / --speed mean nothing to it, so they are an error, not ignored."""
+    out = tmp_path / "x.wav"
+    assert main(["speak", "Hi.", "-o", str(out), "--model", str(gepard_dir), "--steps", "16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--steps applies to Luna models only" in err and "gepard" in err and len(err.splitlines()) == 1
+    assert not out.exists()

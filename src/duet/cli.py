@@ -26,7 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    return run(build_parser(), argv)
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and call the chosen command; a DuetError becomes one line on stderr and exit code 2.
+    Every entry point (``duet``, and the modules torchrun launches) goes through here."""
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

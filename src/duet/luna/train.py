@@ -236,12 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
     sub.required = True
     add_train_luna_parser(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except DuetError as err:
-        print(f"duet: error: {err}", file=sys.stderr)
-        return 2
+    from duet.cli import run
+
+    return run(parser, argv)
 
 
 if __name__ == "__main__":

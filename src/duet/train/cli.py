@@ -94,16 +94,11 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from duet.errors import DuetError
-
     parser = argparse.ArgumentParser(prog="duet")
     register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except DuetError as err:
-        print(f"duet: error: {err}", file=sys.stderr)
-        return 2
+    from duet.cli import run
+
+    return run(parser, argv)
 
 
 if __name__ == "__main__":

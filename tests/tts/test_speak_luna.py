@@ -140,6 +140,59 @@ def test_bad_input_is_a_clear_error_before_any_decoding(speaker, monkeypatch):
     assert calls == []
 
 
+def _clip(speaker, seconds: float = 0.6, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(round(seconds * speaker.sample_rate)) / speaker.sample_rate
+    return (0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.standard_normal(t.shape)).astype(np.float32)
+
+
+def test_voice_prompt_holds_the_clips_codes_and_its_pace(speaker):
+    clip = _clip(speaker)
+    vp = speaker.voice_prompt(clip, "  Good morning. ")
+    codes = speaker.codec.encode(torch.from_numpy(clip)[None]).codes[0]  # (Q, P)
+    assert torch.equal(vp.grid, codes.T) and vp.text == "Good morning."
+    predicted = float(speaker.duration.token_durations(*_text(encode_text("Good morning.", speaker.tokenizer))).sum())
+    assert vp.pace == pytest.approx(min(2.0, max(0.5, codes.shape[1] / round(predicted))))
+
+
+def test_cloning_decodes_transcript_plus_text_after_the_prompt_grid_as_infill_clone_does(speaker, monkeypatch):
+    from duet.luna.infill import clone
+
+    vp = speaker.voice_prompt(_clip(speaker), "Good morning.")
+    seen = []
+    forward = speaker.model.forward
+
+    def spy(inputs):
+        seen.append(inputs)
+        return forward(inputs)
+
+    monkeypatch.setattr(speaker.model, "forward", spy)
+    speech = speaker.speak("Hello there.", seed=5, steps=8, prompt=vp)
+    ids = encode_text("Good morning. Hello there.", speaker.tokenizer)
+    predicted = float(speaker.duration.token_durations(*_text(encode_text("Hello there.", speaker.tokenizer))).sum())
+    frames = round(predicted * vp.pace)
+    assert seen and torch.equal(seen[0].prompt[0], vp.grid) and seen[0].text_ids[0].tolist() == ids
+    assert speech.audio.shape == (frames * speaker.codec.samples_per_frame,)
+    monkeypatch.setattr(speaker.model, "forward", forward)
+    grid = clone(speaker.model, torch.tensor(ids), vp.grid, frames, replace(speaker.config.decode, steps=8),
+                 generator=torch.Generator().manual_seed(5))  # (T, Q)
+    expected = speaker.codec.decode(grid.T[None]).audio[0].numpy()
+    np.testing.assert_allclose(speech.audio, expected, atol=1e-6)
+
+
+def test_bad_prompts_are_refused_before_any_decoding(speaker, monkeypatch):
+    calls = _count_forwards(speaker, monkeypatch)
+    with pytest.raises(DuetError, match="silent"):
+        speaker.voice_prompt(np.zeros(8000, np.float32), "Hi.")
+    with pytest.raises(DuetError, match="transcript"):
+        speaker.voice_prompt(_clip(speaker), "  ")
+    with pytest.raises(DuetError, match="at most"):
+        speaker.voice_prompt(_clip(speaker, seconds=21.0), "Hi.")
+    with pytest.raises(DuetError, match="non-finite|NaN|finite"):
+        speaker.voice_prompt(np.full(8000, np.nan, np.float32), "Hi.")
+    assert calls == []
+
+
 def test_a_codec_of_another_shape_is_refused(model_dir, gepard_dir):
     with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
         LunaSpeaker.from_pretrained(model_dir, codec=str(gepard_dir.parent / "codec"))

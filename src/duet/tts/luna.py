@@ -14,8 +14,13 @@ checkpoint turns the (1, Q, T) codes into audio. Piece i samples with a generato
 fixes the whole utterance. Bad input is a DuetError before any decoding: empty text, an unknown voice, steps < 1,
 speed <= 0, or a text the predictor gives 0 frames.
 
-One voice: the model speaks in whichever voice its text condition draws (no prompt). Cloning from a reference clip
-(``duet.luna.infill.clone``) is not exposed here yet.
+Voices: without a prompt the model speaks in whichever voice its text condition draws. Cloning (§2.5, infilling):
+``voice_prompt(audio, transcript)`` encodes a reference clip once into a :class:`VoicePrompt`; ``speak(...,
+prompt=vp)`` then decodes every piece as ``[transcript + piece | prompt grid | T masked frames]``, the layout
+training cuts prompts in (``diffusion.split_prompt`` keeps the whole text). The new piece's length follows the
+prompt's pace: T = predicted frames of the piece x ``vp.pace`` / speed, where ``pace`` = the clip's frames / the
+predictor's frames for its transcript, clipped to [0.5, 2] (a divergence of ours: the report does not say how it
+sets T when cloning).
 
 Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
 """
@@ -34,6 +39,7 @@ from duet.errors import DuetError
 from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, maskgit_decode
 from duet.luna.duration import total_frames
+from duet.luna.infill import check_prompt_audio, check_prompt_grid
 from duet.luna.model import LunaInputs
 from duet.luna.shipped import LoadedLuna, load_luna
 from duet.text.sentences import split_sentences
@@ -51,6 +57,17 @@ class LunaSpeakConfig:
     max_frames: int = 750  # longest piece of audio (30 s at 25 Hz)
     gap_seconds: float = 0.15  # silence between pieces
     language: str = "en"
+    max_prompt_seconds: float = 20.0  # longest reference clip for cloning
+    pace_range: tuple[float, float] = (0.5, 2.0)  # clip of a prompt's pace (its frames / predicted frames)
+
+
+@dataclass(frozen=True)
+class VoicePrompt:
+    """A reference clip ready for cloning: its codec grid, its transcript and its pace (see the module doc)."""
+
+    grid: torch.Tensor  # (P, Q) clean codes
+    text: str  # what is said in the clip
+    pace: float  # the clip's frames / the duration predictor's frames for ``text``, clipped to ``pace_range``
 
 
 class LunaSpeaker:
@@ -96,8 +113,9 @@ class LunaSpeaker:
         return pieces, decode, speed
 
     # ---- one piece --------------------------------------------------------------------------------------------
-    def frames_for(self, ids: list[int], speed: float = 1.0) -> tuple[int, str]:
-        """-> (T, "length" or "bound") for wrapped text ids: the predictor's total / speed, capped."""
+    def frames_for(self, ids: list[int], speed: float = 1.0, reserved: int = 0) -> tuple[int, str]:
+        """-> (T, "length" or "bound") for wrapped text ids: the predictor's total / speed, capped (``reserved``:
+        positions a prompt grid takes besides the text)."""
         device = self.model.audio_heads.weight.device
         text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
         lengths = torch.tensor([len(ids)], device=device)  # (1,)
@@ -106,41 +124,69 @@ class LunaSpeaker:
             raise DuetError(f"the duration predictor gives this text 0 frames at speed {speed:g}; "
                             "use a lower speed or a longer text")
         frames = int(total_frames(durations, lengths, speed)[0])
-        limit = min(self.config.max_frames, self.model.config.backbone.max_positions - len(ids))
+        limit = min(self.config.max_frames, self.model.config.backbone.max_positions - len(ids) - reserved)
         if limit < 1:
             raise DuetError(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences")
         return (frames, LENGTH) if frames <= limit else (limit, BOUND)
 
-    def _piece(self, piece: str, decode: DecodeConfig, speed: float,
-               generator: torch.Generator | None) -> tuple[np.ndarray, str]:
+    def voice_prompt(self, audio: np.ndarray | torch.Tensor, text: str, sample_rate: int | None = None) -> VoicePrompt:
+        """A reference clip (S,) mono float (resampled from ``sample_rate`` if given) and its transcript -> a prompt.
+
+        Refused with a DuetError: an empty transcript, a silent, empty or non-finite clip, a clip longer than
+        ``max_prompt_seconds`` or shorter than one codec frame.
+        """
+        if not text or not text.strip():
+            raise DuetError("cloning needs the reference clip's transcript (prompt text); it is empty")
+        audio = check_prompt_audio(audio)
+        seconds = len(audio) / (sample_rate or self.sample_rate)
+        if seconds > self.config.max_prompt_seconds:
+            raise DuetError(f"the reference clip is {seconds:.1f} s long; at most {self.config.max_prompt_seconds:g} s")
+        with torch.no_grad():
+            codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, P)
+        grid = codes.transpose(0, 1).to(self.model.audio_heads.weight.device)  # (P, Q)
+        check_prompt_grid(grid, self.model)
+        ids = encode_text(text, self.tokenizer, language=self.config.language)
+        predicted, _ = self.frames_for(ids)
+        low, high = self.config.pace_range
+        return VoicePrompt(grid=grid, text=text.strip(), pace=min(high, max(low, grid.shape[0] / predicted)))
+
+    def _piece(self, piece: str, decode: DecodeConfig, speed: float, generator: torch.Generator | None,
+               prompt: VoicePrompt | None = None) -> tuple[np.ndarray, str]:
         ids = encode_text(piece, self.tokenizer, language=self.config.language)
-        frames, ended = self.frames_for(ids, speed)
         cfg, device = self.model.config, self.model.audio_heads.weight.device
+        if prompt is None:
+            frames, ended = self.frames_for(ids, speed)
+            grids = dict(prompt=None, prompt_lengths=None)
+        else:  # [transcript + piece | prompt | T]: the piece's length at the prompt's pace
+            frames, ended = self.frames_for(ids, speed / prompt.pace, reserved=prompt.grid.shape[0])
+            ids = encode_text(f"{prompt.text} {piece}", self.tokenizer, language=self.config.language)
+            grids = dict(prompt=prompt.grid[None], prompt_lengths=torch.tensor([prompt.grid.shape[0]], device=device))
         empty = torch.full((1, frames, cfg.num_codebooks), cfg.mask_id, dtype=torch.long, device=device)  # (1, T, Q)
         text = torch.tensor([ids], device=device)  # (1, S)
-        inputs = LunaInputs(text, torch.tensor([len(ids)], device=device), empty, torch.tensor([frames], device=device))
+        inputs = LunaInputs(text, torch.tensor([len(ids)], device=device), empty, torch.tensor([frames], device=device),
+                            **grids)
         grid = maskgit_decode(self.model.logits_fn(inputs), empty, cfg.mask_id, decode, generator=generator).tokens
         with torch.no_grad():
             audio = self.codec.decode(grid.transpose(1, 2)).audio[0]  # codes (1, Q, T) -> samples
         return audio.float().cpu().numpy(), ended
 
-    def _generate(self, pieces: list[str], decode: DecodeConfig, speed: float,
-                  seed: int | None) -> Iterator[tuple[np.ndarray, str]]:
+    def _generate(self, pieces: list[str], decode: DecodeConfig, speed: float, seed: int | None,
+                  prompt: VoicePrompt | None) -> Iterator[tuple[np.ndarray, str]]:
         for i, piece in enumerate(pieces):
             generator = None if seed is None else torch.Generator().manual_seed(seed + i)
-            yield self._piece(piece, decode, speed, generator)
+            yield self._piece(piece, decode, speed, generator, prompt)
 
     # ---- the speaker surface ----------------------------------------------------------------------------------
     def stream(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
                speed: float | None = None, temperature: float | None = None, top_k: int | None = None,
-               ended: list[str] | None = None) -> Iterator[np.ndarray]:
+               prompt: VoicePrompt | None = None, ended: list[str] | None = None) -> Iterator[np.ndarray]:
         """Audio chunks (float32 (s,)): each piece's audio once decoded, with the gaps between pieces as chunks.
         ``ended`` (if given) collects how each piece ended. Input is checked here, not at the first chunk."""
         pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k)
         gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
 
         def chunks() -> Iterator[np.ndarray]:
-            for i, (audio, how) in enumerate(self._generate(pieces, decode, speed, seed)):
+            for i, (audio, how) in enumerate(self._generate(pieces, decode, speed, seed, prompt)):
                 if ended is not None:
                     ended.append(how)
                 if i:
@@ -150,13 +196,15 @@ class LunaSpeaker:
         return chunks()
 
     def speak(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-              speed: float | None = None, temperature: float | None = None, top_k: int | None = None) -> Speech:
-        """The whole utterance: every piece decoded, joined with ``gap_seconds`` of silence."""
+              speed: float | None = None, temperature: float | None = None, top_k: int | None = None,
+              prompt: VoicePrompt | None = None) -> Speech:
+        """The whole utterance: every piece decoded, joined with ``gap_seconds`` of silence; ``prompt`` clones
+        the voice of a :meth:`voice_prompt`."""
         pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k)
         gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
         audio: list[np.ndarray] = []
         ended: list[str] = []
-        for i, (piece_audio, how) in enumerate(self._generate(pieces, decode, speed, seed)):
+        for i, (piece_audio, how) in enumerate(self._generate(pieces, decode, speed, seed, prompt)):
             if i:
                 audio.append(gap)
             audio.append(piece_audio)

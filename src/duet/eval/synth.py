@@ -12,8 +12,12 @@ Built in, by ``--model`` spec:
   for audio), run through :class:`EngineSynthesizer` exactly as a real model would be. Its numbers are meaningless;
   it exists to check the pipeline (batching, time to first audio, runaway detection) without weights.
 
-Gepard and Luna plug in through :func:`register_synthesizer` once their shipped checkpoints exist; a serving
-adapter (``duet.serve.adapter.ModelAdapter``) becomes a synthesiser with ``EngineSynthesizer(adapter)``.
+- ``gepard[:NAME|DIR]`` and ``luna[:NAME|DIR]`` (defaults gepard-tiny, luna-tiny): a shipped model through its
+  serving adapter (``duet.serve.gepard_adapter``, ``duet.serve.luna_adapter``) and :class:`EngineSynthesizer`.
+  Luna has no cloning over the engine, so prompt wavs are not used.
+
+Other systems plug in through :func:`register_synthesizer`; a serving adapter (``duet.serve.adapter.ModelAdapter``)
+becomes a synthesiser with ``EngineSynthesizer(adapter)``.
 
 Shape legend: B batch, S samples.
 """
@@ -262,8 +266,14 @@ def _gepard(arg: str | None, options: SynthOptions) -> Synthesizer:
     return EngineSynthesizer(load_gepard_adapter(arg or "gepard-tiny"), options)
 
 
+def _luna(arg: str | None, options: SynthOptions) -> Synthesizer:
+    from duet.serve.luna_adapter import load_luna_adapter
+
+    return EngineSynthesizer(load_luna_adapter(arg or "luna-tiny", device=options.device), options)
+
+
 _REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock,
-                                      "gepard": _gepard}
+                                      "gepard": _gepard, "luna": _luna}
 _ALIASES = {"gt": "ground-truth"}
 
 
@@ -279,8 +289,8 @@ def known_models() -> list[str]:
 
 
 def load_synthesizer(spec: str, options: SynthOptions = SynthOptions()) -> Synthesizer:
-    """``"ground-truth"``, ``"codec:duet-fsq"``, ``"mock"``, ``"gepard[:NAME|DIR]"`` (default gepard-tiny), or a
-    name given to :func:`register_synthesizer`."""
+    """``"ground-truth"``, ``"codec:duet-fsq"``, ``"mock"``, ``"gepard[:NAME|DIR]"`` (default gepard-tiny),
+    ``"luna[:NAME|DIR]"`` (default luna-tiny), or a name given to :func:`register_synthesizer`."""
     name, _, arg = spec.partition(":")
     name = _ALIASES.get(name, name)
     factory = _REGISTRY.get(name)

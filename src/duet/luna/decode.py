@@ -3,8 +3,10 @@
 Chang et al. 2022 "MaskGIT" (arXiv:2202.04200) for the cosine schedule and confidence-based selection with annealed
 Gumbel noise; Ho & Salimans 2022 for classifier-free guidance. Pure functions over a ``logits_fn``; no model inside,
 so every branch is tested with fake models (``tests/luna/test_decode.py``). One step is exposed on its own
-(``guidance_rows`` -> one forward -> ``guide`` -> ``unmask_step``) so the block-streaming decoder of Luna-TTS Realtime
-(``duet.luna.stream``) refines each block with exactly this logic.
+(``cells_to_generate`` once; then per step ``guidance_rows`` -> one forward -> ``maskgit_step``, i.e. ``guide`` ->
+``unmask_step``) so the block-streaming decoder of Luna-TTS Realtime (``duet.luna.stream``) and the serving adapter
+(``duet.serve.luna_adapter``, which batches the forward passes of many requests at different steps) refine with
+exactly this logic.
 
 Contract of ``logits_fn(tokens, conditional) -> logits``:
     tokens (B', T, Q) int64, the mask id at cells still to be decided; conditional (B',) bool;
@@ -171,6 +173,38 @@ def unmask_step(
     return torch.where(commit, sampled, tokens), commit
 
 
+def cells_to_generate(tokens: torch.Tensor, mask_id: int, frame_lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """tokens (B, T, Q) -> (B, T, Q) bool: the cells a decode generates, i.e. masked cells of real frames.
+
+    ``frame_lengths`` (B,) marks the frames beyond each row's length as padding (never generated); their sum per row
+    is N_b of the module docstring.
+    """
+    B, T, _ = tokens.shape
+    real = torch.ones(B, T, dtype=torch.bool, device=tokens.device)
+    if frame_lengths is not None:
+        real = lengths_to_mask(frame_lengths.to(tokens.device), T)
+    return (tokens == mask_id) & real[:, :, None]
+
+
+def maskgit_step(
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    still: torch.Tensor,
+    num_cells: torch.Tensor,
+    step: int,
+    cfg: DecodeConfig,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step s of ``maskgit_decode`` after its forward pass (items 1-4 of the module docstring).
+
+    logits (B', T, Q, K) of the rows ``guidance_rows(B, cfg)`` asked for, tokens (B, T, Q), still (B, T, Q) bool,
+    num_cells (B,) -> (new tokens (B, T, Q), commit (B, T, Q) bool). The random numbers drawn depend on the shape of
+    ``tokens`` and on ``generator`` only, so a caller that slices one request's rows out of a larger forward pass
+    (``duet.serve.luna_adapter``) draws exactly what ``maskgit_decode`` of that request alone would.
+    """
+    return unmask_step(guide(logits, tokens.shape[0], cfg), tokens, still, num_cells, step, cfg, generator)
+
+
 def maskgit_decode(
     logits_fn: LogitsFn,
     tokens: torch.Tensor,
@@ -185,12 +219,9 @@ def maskgit_decode(
     """
     if tokens.dim() != 3:
         raise DuetError(f"tokens must be (B, T, Q), got shape {tuple(tokens.shape)}")
-    B, T, Q = tokens.shape
+    B = tokens.shape[0]
     tokens = tokens.clone()
-    real = torch.ones(B, T, dtype=torch.bool, device=tokens.device)
-    if frame_lengths is not None:
-        real = lengths_to_mask(frame_lengths.to(tokens.device), T)
-    to_generate = (tokens == mask_id) & real[:, :, None]  # (B, T, Q)
+    to_generate = cells_to_generate(tokens, mask_id, frame_lengths)  # (B, T, Q)
     num_cells = to_generate.flatten(1).sum(dim=1)  # (B,) N_b
     commit_step = torch.zeros_like(tokens)
     if int(num_cells.sum()) == 0:
@@ -200,9 +231,8 @@ def maskgit_decode(
 
     still = to_generate.clone()  # (B, T, Q) cells masked now
     for s in range(1, cfg.steps + 1):
-        model_in = tokens.repeat(repeat, 1, 1)  # (B', T, Q)
-        guided = guide(logits_fn(model_in, conditional), B, cfg)  # (B, T, Q, K)
-        tokens, commit = unmask_step(guided, tokens, still, num_cells, s, cfg, generator)
+        logits = logits_fn(tokens.repeat(repeat, 1, 1), conditional)  # (B', T, Q) -> (B', T, Q, K)
+        tokens, commit = maskgit_step(logits, tokens, still, num_cells, s, cfg, generator)
         commit_step = commit_step.masked_fill(commit, s)
         still = still & ~commit
     return DecodeResult(tokens, commit_step)

@@ -7,6 +7,7 @@
 ``engine``          the engine thread: join/leave at any step, stop / bound / cancel, per-request stream decoders
 ``mock``            a weightless adapter + codec (uniform logits, scripted stop) for tests and ``--model mock``
 ``gepard_adapter``  Gepard behind the engine: pooled KV slots, one batched decode step per frame
+``luna_adapter``    Luna behind the engine: one batched MaskGIT refinement step of every request per engine step
 ``schemas``         request fields and SSE event shapes (OpenAI's, plus documented extensions)
 ``audio_io``        wav / pcm / flac bytes out, reference clips in
 ``metrics``         Prometheus text format

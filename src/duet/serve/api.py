@@ -49,7 +49,7 @@ from duet.serve.web import add_page
 log = logging.getLogger("duet.serve")
 
 ROUTES = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/health", "/metrics", *WEB_ROUTES)
-_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "stop_threshold", "max_frames", "seed")
+_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "stop_threshold", "max_frames", "seed", "steps")
 
 
 @dataclass(frozen=True)

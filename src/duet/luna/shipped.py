@@ -9,6 +9,10 @@
 Tensor names are ``LunaBundle``'s state-dict names: ``acoustic.*`` (the LunaModel: ``model.*`` the stock Qwen3Model,
 ``audio_embed``, ``audio_heads``) and ``duration.*`` (the DurationPredictor), so loading is ``load_state_dict``.
 ``codec`` names the codec whose codes the model was trained on (``duet.codecs.load`` turns its grids into audio).
+
+Luna-TTS Realtime ships the same way with ``"type": "luna-realtime"`` and ``"config": RealtimeConfig.to_dict()``
+(the Luna config under ``luna`` plus ``block_size``); tensor names are ``RealtimeBundle``'s (``acoustic.luna.*``,
+``acoustic.end_head.*``, ``duration.*``); :func:`save_luna_realtime` / :func:`load_luna_realtime`.
 The directory handling (fp16 on disk, float32 back, atomic files, type checks) is ``duet.shipped``'s.
 
 (``duet.luna.checkpoint`` is the plain per-model format of ``LunaModel.save`` / ``DurationPredictor.save``; this
@@ -19,17 +23,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from duet.errors import DuetError
-from duet.luna.bundle import LunaBundle
+from duet.luna.bundle import LunaBundle, RealtimeBundle
 from duet.luna.config import LunaConfig
 from duet.luna.duration import DurationConfig
+from duet.luna.realtime import RealtimeConfig
 from duet.shipped import read_shipped, write_shipped
 
 TYPE = "luna"
+REALTIME_TYPE = "luna-realtime"
 FORMAT_VERSION = 1
 
 
@@ -53,12 +59,42 @@ def save_luna(bundle: LunaBundle, tokenizer_file: str | Path, out_dir: str | Pat
 
 def load_luna(path: str | Path, device: str | torch.device = "cpu") -> LoadedLuna:
     """A model ready for inference from a directory written by :func:`save_luna`."""
+    return _load(path, TYPE, "Luna", LoadedLuna, device, lambda meta: LunaBundle(
+        LunaConfig.from_dict(meta["config"]), DurationConfig.from_dict(meta["duration"])))
+
+
+@dataclass
+class LoadedRealtime:
+    bundle: RealtimeBundle  # eval mode, float32: .acoustic (LunaRealtime) and .duration (DurationPredictor)
+    tokenizer: Any
+    codec: dict[str, Any]
+    info: dict[str, Any]
+    path: Path
+
+
+def save_luna_realtime(bundle: RealtimeBundle, tokenizer_file: str | Path, out_dir: str | Path, *,
+                       codec: dict[str, Any] | None = None, info: dict[str, Any] | None = None,
+                       dtype: torch.dtype = torch.float16) -> Path:
+    """Write a Realtime bundle + its tokenizer as a shippable directory (``"type": "luna-realtime"``)."""
+    body = {"config": bundle.acoustic.config.to_dict(), "duration": bundle.duration.config.to_dict(),
+            "codec": codec or {}, "info": info or {}}
+    return write_shipped(out_dir, REALTIME_TYPE, FORMAT_VERSION, bundle.state_dict(), tokenizer_file, body, dtype)
+
+
+def load_luna_realtime(path: str | Path, device: str | torch.device = "cpu") -> LoadedRealtime:
+    """A Realtime model ready for streaming from a directory written by :func:`save_luna_realtime`."""
+    return _load(path, REALTIME_TYPE, "Luna Realtime", LoadedRealtime, device, lambda meta: RealtimeBundle(
+        RealtimeConfig.from_dict(meta["config"]), DurationConfig.from_dict(meta["duration"])))
+
+
+def _load(path: str | Path, kind: str, family: str, loaded: type, device: str | torch.device,
+          build: Callable[[dict[str, Any]], torch.nn.Module]):
+    """read_shipped -> ``build(config.json)`` -> strict weights -> tokenizer check -> ``loaded(...)``."""
     path = Path(path)
-    meta, weights, tokenizer = read_shipped(path, TYPE, FORMAT_VERSION, "Luna")
-    config = LunaConfig.from_dict(meta["config"])
-    bundle = LunaBundle(config, DurationConfig.from_dict(meta["duration"]))
+    meta, weights, tokenizer = read_shipped(path, kind, FORMAT_VERSION, family)
+    bundle = build(meta)
     bundle.load_state_dict(weights, strict=True)
-    if len(tokenizer) > config.backbone.vocab_size:
-        raise DuetError(f"{path}: the tokenizer has {len(tokenizer)} ids, the model's text embedding only "
-                        f"{config.backbone.vocab_size} rows")
-    return LoadedLuna(bundle.to(device).eval(), tokenizer, meta.get("codec", {}), meta.get("info", {}), path)
+    rows = bundle.duration.config.backbone.vocab_size  # the acoustic model reads the same ids (bundle checks)
+    if len(tokenizer) > rows:
+        raise DuetError(f"{path}: the tokenizer has {len(tokenizer)} ids, the model's text embedding only {rows} rows")
+    return loaded(bundle.to(device).eval(), tokenizer, meta.get("codec", {}), meta.get("info", {}), path)

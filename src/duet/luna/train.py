@@ -10,7 +10,8 @@ The pieces: ``duet.luna.data`` (shards + manifest text -> length-bucketed ``Luna
 ``duet.train.objectives.luna`` (masked-diffusion loss with 1/t weighting, text dropout 0.1 for CFG, prompt splits,
 the predictor's bin cross-entropy), ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard,
 accumulation, checkpoints, exact resume, DDP, metrics and plots), ``duet.train.recipe`` (what Gepard's recipe
-shares). This file only parses flags and wires them.
+shares). This file parses flags and wires them; :func:`run_luna_recipe` is the part around the loop that
+``duet.luna.realtime_train`` (Luna-TTS Realtime's continual training) shares.
 
 Duration predictor supervision: the corpus has no forced alignments, so the predictor learns from an approximation
 standing in for them: each utterance's true frame count is spread over its text tokens in proportion to their
@@ -35,10 +36,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
@@ -49,10 +51,9 @@ from duet.luna.diffusion import DiffusionConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.shipped import load_luna, save_luna
 from duet.train.checkpoint import latest_checkpoint, load_weights
-from duet.train.loop import LoopConfig, LoopResult, setup_distributed, train
+from duet.train.loop import LoopConfig, LoopResult, Objective, setup_distributed, train
 from duet.train.objectives.luna import LunaDiffusion
-from duet.train.recipe import (add_recipe_arguments, export_source, merge_resume, prepare_tokenizer,
-                               summary_line)
+from duet.train.recipe import add_recipe_arguments, export_source, prepare_tokenizer, run_config, summary_line
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 
@@ -110,15 +111,8 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
     and duration predictor) and tokenizer, with fresh optimizer state: how training continues on another machine,
     where only the export travels.
     """
-    from duet.text import get_tokenizer
-
     run_dir = Path(run_dir)
-    if resume and (run_dir / "config.json").is_file():
-        cfg = merge_resume(config_from_json(json.loads((run_dir / "config.json").read_text())), cfg)
-    if cfg is None:
-        raise DuetError("no config: give --preset, or --resume a run directory that has config.json")
-    if not cfg.shards or not cfg.manifest:
-        raise DuetError("Luna training needs --shards (encoded RVQ codes) and --manifest (their corpus)")
+    cfg = run_config(run_dir, cfg, resume, config_from_json, "Luna")
     if threads:
         torch.set_num_threads(threads)
     shipped = None
@@ -129,25 +123,51 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
         if (shipped.bundle.acoustic.config, shipped.bundle.duration.config) != (cfg.model, cfg.duration):
             raise DuetError(f"{init_from} is a different model than the run's {cfg.name}; cannot warm-start")
         tokenizer = str(shipped.path / "tokenizer.json")
+
+    def build() -> LunaBundle:
+        bundle = LunaBundle(cfg.model, cfg.duration)
+        if shipped is not None:
+            bundle.load_state_dict(shipped.bundle.state_dict())
+        return bundle
+
+    return run_luna_recipe(cfg, run_dir, cfg.model, build, LunaDiffusion(cfg.diffusion, cfg.duration_weight),
+                           tokenizer=tokenizer, resume=resume, stop_at_step=stop_at_step, max_minutes=max_minutes,
+                           progress=progress, extra={"init_from": str(init_from) if shipped is not None else None})
+
+
+def run_luna_recipe(cfg: Any, run_dir: Path, model: LunaConfig, build: Callable[[], nn.Module],
+                    objective: Objective, *, tokenizer: str | None, resume: bool, stop_at_step: int | None,
+                    max_minutes: float | None, progress: bool, extra: dict[str, Any]) -> LoopResult:
+    """What every Luna recipe (this one, ``duet.luna.realtime_train``) does around the shared loop.
+
+    ``cfg`` is the recipe's config (``name``, ``shards``, ``manifest``, ``data``, ``loop``; ``bpe_vocab`` when the
+    tokenizer is trained), already merged on a resume. Writes ``config.json`` and the run's tokenizer (rank 0),
+    loads the train and val splits for ``model`` (its codebooks, positions and text vocabulary), seeds, calls
+    ``build()`` for the module to train (fresh or warm-started; a resume overwrites it from the checkpoint) and runs
+    the loop. ``extra`` joins the codec and corpus facts in every checkpoint's state.
+    """
+    from duet.data.shards import CodeShards
+    from duet.text import get_tokenizer
+
     env = setup_distributed(cfg.loop.device)
     try:
         if not resume and latest_checkpoint(run_dir) is not None:  # every rank sees it: none waits for another
             raise DuetError(f"{run_dir} already holds a run; --resume it or choose another --out")
         if env.is_main:  # one writer; the other ranks wait at the barrier below
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
+            (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
             prepare_tokenizer(tokenizer, run_dir, cfg, resume)
         if env.distributed:
             dist.barrier()
         tok = get_tokenizer(run_dir / "tokenizer.json")
-        if len(tok) > cfg.model.backbone.vocab_size:
+        if len(tok) > model.backbone.vocab_size:
             raise DuetError(f"the tokenizer has {len(tok)} ids but {cfg.name}'s text embedding only "
-                            f"{cfg.model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
-        data = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=cfg.model)
+                            f"{model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
+        data = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=model)
         val = None
         if cfg.data.val_items and cfg.loop.val_every:
             try:
-                val = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=cfg.model,
+                val = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=model,
                                            limit=cfg.data.val_items).batches()
             except DuetError:  # a corpus without a val split: train without validation
                 val = None
@@ -155,17 +175,11 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
             rows = sum(b.inputs.batch_size for b in val) if val else 0
             print(f"train: {data.summary()}; val: {rows} utterances", file=sys.stderr)
         torch.manual_seed(cfg.loop.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-        bundle = LunaBundle(cfg.model, cfg.duration)
-        if shipped is not None:
-            bundle.load_state_dict(shipped.bundle.state_dict())
-        from duet.data.shards import CodeShards
-
+        module = build()
         shards = CodeShards(cfg.shards)
-        extra = {"recipe": "luna-diffusion", "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
-                 "train_utterances": len(data), "train_frames": data.frames,
-                 "init_from": str(init_from) if shipped is not None else None}
-        objective = LunaDiffusion(cfg.diffusion, cfg.duration_weight)
-        return train(bundle, objective, data, cfg.loop, run_dir, val_batches=val, resume=resume,
+        extra = {"recipe": objective.name, "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
+                 "train_utterances": len(data), "train_frames": data.frames, **extra}
+        return train(module, objective, data, cfg.loop, run_dir, val_batches=val, resume=resume,
                      stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
                      title=f"{cfg.name} ({run_dir.name})")
     finally:

@@ -7,6 +7,9 @@
     duet train gepard-export RUN_DIR --out checkpoints/gepard-tiny
     duet train luna --preset luna-tiny --shards codes/rvq --out runs/luna-tiny              (duet.luna.train)
     duet train luna-export RUN_DIR --out checkpoints/luna-tiny
+    duet train luna-realtime --init-from checkpoints/luna-tiny --shards codes/rvq --out runs/luna-realtime-tiny
+                                                                                   (duet.luna.realtime_train)
+    duet train luna-realtime-export RUN_DIR --out checkpoints/luna-realtime-tiny
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser("train", help="train models (codec, gepard, luna)")
+    train = subparsers.add_parser("train", help="train models (codec, gepard, luna, luna-realtime)")
     sub = train.add_subparsers(dest="train_command", metavar="STAGE")
     sub.required = True
 
@@ -51,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from duet.luna.train import add_train_luna_parser
 
     add_train_luna_parser(sub)
+
+    from duet.luna.realtime_train import add_train_realtime_parser
+
+    add_train_realtime_parser(sub)
 
 
 def _train_codec(args: argparse.Namespace) -> int:

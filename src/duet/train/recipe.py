@@ -2,8 +2,10 @@
 
 A recipe config is a frozen dataclass with at least ``shards`` (encoded codes), ``manifest`` (their corpus),
 ``data`` (a data config with ``languages`` / ``normalize`` / ``batch_frames`` / ``max_batch_size`` / ``seed``),
-``loop`` (:class:`duet.train.loop.LoopConfig`) and ``bpe_vocab``; this module holds the pieces that only touch those:
+``loop`` (:class:`duet.train.loop.LoopConfig`) and ``bpe_vocab`` (where the recipe trains its tokenizer); this module
+holds the pieces that only touch those:
 
+- :func:`run_config`: the config a run uses (the saved one, merged, on a resume);
 - :func:`merge_resume`: on ``--resume`` the run's saved config wins; only the data paths and the loop fields that do
   not change the steps already taken (:data:`RESUMABLE_LOOP_FIELDS`) may differ;
 - :func:`prepare_tokenizer`: the run's own ``tokenizer.json`` (trained BPE, Qwen3's, or a copy);
@@ -53,6 +55,19 @@ def merge_resume(saved: C, cfg: C | None) -> C:
                         f"the data paths and {', '.join(RESUMABLE_LOOP_FIELDS)} may change")
     return replace(saved, shards=cfg.shards, manifest=cfg.manifest,
                    loop=replace(saved.loop, **{k: getattr(cfg.loop, k) for k in RESUMABLE_LOOP_FIELDS}))
+
+
+def run_config(run_dir: Path, cfg: C | None, resume: bool, from_json: Callable[[dict], C], family: str) -> C:
+    """The config a ``train_FAMILY`` call runs with: on a resume the run's saved ``config.json`` merged with
+    ``cfg`` (:func:`merge_resume`), else ``cfg``; a DuetError when there is none or it lacks its data paths."""
+    saved = run_dir / "config.json"
+    if resume and saved.is_file():
+        cfg = merge_resume(from_json(json.loads(saved.read_text())), cfg)
+    if cfg is None:
+        raise DuetError("no config: give --preset, or --resume a run directory that has config.json")
+    if not cfg.shards or not cfg.manifest:
+        raise DuetError(f"{family} training needs --shards (encoded codes) and --manifest (their corpus)")
+    return cfg
 
 
 def prepare_tokenizer(spec: str | None, run_dir: Path, cfg: Any, resume: bool) -> Path:
@@ -108,18 +123,23 @@ def export_source(run_dir: Path, checkpoint: str | Path | None, best: bool) -> t
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
-def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_example: str) -> None:
-    """The flags every ``duet train FAMILY`` stage takes (a family adds its own after these)."""
-    p.add_argument("--preset", choices=presets, default=None, help="model + recipe (omit with --resume)")
+def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_example: str, *,
+                         tokenizer: bool = True, preset_help: str | None = None,
+                         init_from_help: str | None = None) -> None:
+    """The flags every ``duet train FAMILY`` stage takes (a family adds its own after these). ``tokenizer=False``
+    leaves out ``--tokenizer`` / ``--bpe-vocab`` for a stage whose tokenizer comes with ``--init-from``."""
+    p.add_argument("--preset", choices=presets, default=None,
+                   help=preset_help or "model + recipe (omit with --resume)")
     p.add_argument("--shards", default=None, help="encoded codes directory (duet data encode --out)")
     p.add_argument("--manifest", default=None, help="manifest.jsonl (default: the one the shards name)")
-    p.add_argument("--tokenizer", default=None,
-                   help=f"{TRAIN_BPE} (default), {QWEN3}, or a tokenizer.json; copied into the run directory")
-    p.add_argument("--bpe-vocab", type=int, default=None, help="BPE bytes + merges for train-bpe (default 2048)")
+    if tokenizer:
+        p.add_argument("--tokenizer", default=None,
+                       help=f"{TRAIN_BPE} (default), {QWEN3}, or a tokenizer.json; copied into the run directory")
+        p.add_argument("--bpe-vocab", type=int, default=None, help="BPE bytes + merges for train-bpe (default 2048)")
     p.add_argument("--out", required=True, help=f"run directory, e.g. {out_example}")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    p.add_argument("--init-from", default=None,
-                   help="warm-start a new run from a shipped model (name or directory): weights and tokenizer")
+    p.add_argument("--init-from", default=None, help=init_from_help or
+                   "warm-start a new run from a shipped model (name or directory): weights and tokenizer")
     p.add_argument("--steps", type=int, default=None, help="schedule length in optimizer steps (cosine end)")
     p.add_argument("--stop-at", type=int, default=None, help="stop this invocation at this step")
     p.add_argument("--minutes", type=float, default=None, help="stop this invocation after so many minutes")
@@ -168,7 +188,7 @@ def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], from_js
     if args.languages is not None:
         data["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
     cfg = replace(cfg, loop=replace(cfg.loop, **loop), data=replace(cfg.data, **data))
-    if args.bpe_vocab is not None:
+    if getattr(args, "bpe_vocab", None) is not None:
         cfg = replace(cfg, bpe_vocab=args.bpe_vocab)
     if args.preset is None and args.shards:
         cfg = replace(cfg, shards=args.shards)

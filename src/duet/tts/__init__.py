@@ -5,10 +5,12 @@
 
 - ``gepard`` -> :class:`duet.tts.gepard.GepardSpeaker` (``speak``, ``stream`` frame by frame)
 - ``luna`` -> :class:`duet.tts.luna.LunaSpeaker` (``speak``, ``stream`` one sentence at a time; ``steps``, ``speed``)
+- ``luna-realtime`` -> :class:`duet.tts.luna_realtime.RealtimeSpeaker` (``speak``, ``stream`` block by block as
+  blocks are committed; ``steps`` per block)
 
 Speakers share one surface: ``voices``, ``sample_rate``, ``speak(text, voice=, seed=) -> Speech`` and
 ``stream(text, ...) -> Iterator[np.ndarray]`` (audio chunks as they are decoded); Luna's also take ``steps=`` and
-``speed=``.
+``speed=`` (Realtime: ``steps=`` only).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from duet.errors import DuetError
 
-MODELS = ("gepard-tiny", "luna-tiny")  # the shipped models `duet speak --model` knows by name
+MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny")  # the shipped models `duet speak --model` knows by name
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
@@ -57,4 +59,8 @@ def load(name_or_path: str | Path, device: str = "cpu"):
         from duet.tts.luna import LunaSpeaker
 
         return LunaSpeaker.from_pretrained(path, device=device)
-    raise DuetError(f"{path} holds a {kind!r} model; duet speaks with: gepard, luna")
+    if kind == "luna-realtime":
+        from duet.tts.luna_realtime import RealtimeSpeaker
+
+        return RealtimeSpeaker.from_pretrained(path, device=device)
+    raise DuetError(f"{path} holds a {kind!r} model; duet speaks with: gepard, luna, luna-realtime")

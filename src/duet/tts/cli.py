@@ -1,13 +1,14 @@
-"""``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny] [--voice V] [--stream] [--seed N]
-[--steps S] [--speed X]``.
+"""``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
+[--seed N] [--steps S] [--speed X]``.
 
 ``--stream`` writes the file as audio is decoded (a reader can follow it) and reports the time to first audio;
 without it the file is written once at the end (Luna decodes a sentence at a time, so its stream comes in
-sentences). ``--steps`` (MaskGIT refinement steps: 32 by default, 16 and 8 faster) and ``--speed`` (> 1 faster)
-apply to Luna models only; with a Gepard model, which decodes one frame at a time and has no length to scale, they
-are refused with an error rather than silently ignored. Text ``-`` is read from standard input. Bad input (empty
-text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be written) ends with one line on
-stderr and exit code 2, before any model is loaded where possible.
+sentences; Luna Realtime streams one 1.28 s block at a time). ``--steps`` (MaskGIT refinement steps: 32 by default,
+16 and 8 faster; per block for Realtime, 8 by default) and ``--speed`` (> 1 faster) apply to Luna models only, and
+``--speed`` not to Realtime, which ends by its learned end of speech; elsewhere (Gepard decodes one frame at a time
+and has no length to scale) they are refused with an error rather than silently ignored. Text ``-`` is read from
+standard input. Bad input (empty text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be
+written) ends with one line on stderr and exit code 2, before any model is loaded where possible.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from duet.errors import DuetError
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
+LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna",)}  # flag -> the model types that take it
 
 
 def register(subparsers) -> None:
@@ -35,7 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same audio)")
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--steps", type=int, default=None, help="Luna only: refinement steps (default 32; 16, 8 faster)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="Luna only: refinement steps (default 32; 16, 8 faster; Realtime: per block, default 8)")
     p.add_argument("--speed", type=float, default=None, help="Luna only: speaking rate (1 as predicted, 2 faster)")
     p.set_defaults(func=run_speak)
 
@@ -68,9 +71,13 @@ def check_luna_options(model: str, steps: int | None, speed: float | None) -> di
     from duet.tts import model_type
 
     _, kind = model_type(model)
-    if kind != "luna":
-        flags = " and ".join(f"--{k}" for k in given)
-        verb = "applies" if len(given) == 1 else "apply"
+    refused = [k for k in given if kind not in LUNA_OPTIONS[k]]
+    if refused:
+        flags = " and ".join(f"--{k}" for k in refused)
+        verb = "applies" if len(refused) == 1 else "apply"
+        if kind == "luna-realtime":
+            raise DuetError(f"{flags} {verb} to Luna models only, not Luna Realtime; {model} is a {kind} model (it "
+                            "ends by its learned end-of-speech decision: there is no length to scale)")
         raise DuetError(f"{flags} {verb} to Luna models only; {model} is a {kind} model (it decodes one frame at "
                         "a time until it stops)")
     return given

@@ -14,6 +14,8 @@
   generator re-seeded for every batch, so the same held-out batch gets the same draws at every validation and
   validation never moves the training draws.
 - no LR multipliers: the report gives none for Luna, and luna-tiny starts from scratch.
+
+:class:`LunaRealtimeDiffusion` is the Realtime continual-training variant of the same objective (its own docstring).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import nn
 
 from duet.luna.bundle import LunaLosses
 from duet.luna.diffusion import DiffusionConfig
+from duet.luna.realtime import RealtimeLoss, RealtimeObjective
 from duet.train.loop import Objective
 
 VAL_SEED = 1234
@@ -49,11 +52,40 @@ class LunaDiffusion(Objective):
                       "masked_acc": torch.nan_to_num(d.masked_accuracy, nan=0.0),
                       "duration_ce": out.duration.detach(), "length_err": out.length_error}
 
+    def _forward(self, model: nn.Module, batch: Any, diffusion: DiffusionConfig, generator: torch.Generator) -> Any:
+        return model(batch, diffusion, generator)
+
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self._losses(model(batch, self.diffusion, self.generator))
+        return self._losses(self._forward(model, batch, self.diffusion, self.generator))
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, batch: Any) -> dict[str, float]:
         generator = torch.Generator().manual_seed(VAL_SEED)
-        loss, metrics = self._losses(model(batch, replace(self.diffusion, text_drop_prob=0.0), generator))
+        out = self._forward(model, batch, replace(self.diffusion, text_drop_prob=0.0), generator)
+        loss, metrics = self._losses(out)
         return {"loss": float(loss), **{k: float(v) for k, v in metrics.items()}}
+
+
+class LunaRealtimeDiffusion(LunaDiffusion):
+    """Luna-TTS Realtime continual training (``duet.luna.realtime``): the block-diffusion loss (an independent noise
+    level per block, 1/t weighting) plus ``end_weight`` x the end head's BCE, from one ``RealtimeBundle`` forward.
+    Randomness and validation as :class:`LunaDiffusion` (the same generator, text dropout off in validation).
+
+    Logged: ``diffusion``, ``masked_ce``, ``masked_acc`` as Luna's; ``end_bce`` and ``end_acc`` (the end head over
+    the supervised noisy frames: every frame of each row's blocks, the terminal one included). The duration
+    predictor is frozen (copied from the Luna the run starts from), so there is no duration loss.
+    """
+
+    name = "luna-realtime"
+
+    def __init__(self, objective: RealtimeObjective = RealtimeObjective()):
+        super().__init__(objective.diffusion, duration_weight=0.0)
+        self.objective = objective
+
+    def _forward(self, model: nn.Module, batch: Any, diffusion: DiffusionConfig, generator: torch.Generator) -> Any:
+        return model(batch, replace(self.objective, diffusion=diffusion), generator)
+
+    def _losses(self, out: RealtimeLoss) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return out.loss, {"diffusion": out.diffusion.detach(), "masked_ce": torch.nan_to_num(out.masked_ce, nan=0.0),
+                          "masked_acc": torch.nan_to_num(out.masked_accuracy, nan=0.0),
+                          "end_bce": out.end.detach(), "end_acc": out.end_accuracy}

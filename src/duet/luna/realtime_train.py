@@ -1,0 +1,241 @@
+"""The Luna-TTS Realtime recipe: continual training of a shipped Luna into block-causal block diffusion.
+
+    duet train luna-realtime --init-from checkpoints/luna-tiny --shards data/base/codes-duet-rvq \\
+        --out runs/luna-realtime-tiny [--preset luna-realtime-tiny] [--block-size 32] [--steps N] [--minutes M]
+    duet train luna-realtime --out runs/luna-realtime-tiny --resume [--minutes M]
+    duet train luna-realtime-export runs/luna-realtime-tiny --out checkpoints/luna-realtime-tiny
+
+Report §3.2 "Block adaptation" (DESIGN.md §B): Realtime initialises from Luna-TTS and keeps its text embedding,
+audio tables, backbone and heads; what changes is the attention (block-causal, two-stream) and the corruption (an
+independent noise level per block). Here:
+
+- ``--init-from`` (a shipped Luna: name or directory) is required for a new run. Its acoustic weights become
+  ``LunaRealtime.luna``, a fresh end-of-speech head joins (``duet.luna.realtime``: trained by BCE, with a terminal
+  target even when speech ends on a block boundary), its tokenizer is the run's, and its duration predictor is copied
+  and frozen (``duet.luna.bundle.RealtimeBundle``): Realtime stops by the end head, the predicted length only sets a
+  serving bound. The model's shape is the shipped Luna's; ``--preset`` (default ``luna-realtime-tiny``) picks the
+  training settings and the block size (``--block-size`` overrides it).
+- the loss is ``duet.luna.realtime.realtime_training_loss`` through ``duet.train.objectives.luna.
+  LunaRealtimeDiffusion``; the data (``duet.luna.data``), run directory, tokenizer handling and loop are the Luna
+  recipe's (``duet.luna.train.run_luna_recipe``), so checkpoints and exact resume work as there.
+
+Batch sizes: ``batch_frames`` counts text + audio positions per row as in Luna, but a Realtime row runs
+S + 2 N B_k positions (the noisy and the clean stream, N = floor(T / B_k) + 1 blocks), about twice as many, hence the
+smaller budget of the tiny preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from duet.config_io import from_dict, to_dict
+from duet.errors import DuetError
+from duet.luna.bundle import RealtimeBundle
+from duet.luna.config import LunaConfig
+from duet.luna.data import LunaDataConfig
+from duet.luna.duration import DurationConfig, duration_preset
+from duet.luna.realtime import PRESETS, RealtimeConfig, RealtimeObjective, realtime_preset
+from duet.luna.shipped import load_luna, save_luna_realtime
+from duet.luna.train import run_luna_recipe
+from duet.train.checkpoint import latest_checkpoint, load_weights
+from duet.train.loop import LoopConfig, LoopResult
+from duet.train.objectives.luna import LunaRealtimeDiffusion
+from duet.train.recipe import add_recipe_arguments, export_source, run_config, summary_line
+from duet.train.recipe import config_from_args as recipe_config_from_args
+
+DEFAULT_PRESET = "luna-realtime-tiny"
+
+
+@dataclass(frozen=True)
+class RealtimeTrainConfig:
+    name: str  # the recipe preset (luna-realtime-tiny, luna-realtime-0.6b)
+    model: RealtimeConfig  # the shipped Luna's config plus the block size
+    duration: DurationConfig  # the shipped Luna's duration predictor (frozen)
+    shards: str  # encoded codes (duet data encode --codec duet-rvq --out)
+    manifest: str  # the corpus manifest the shards were encoded from
+    data: LunaDataConfig = field(default_factory=LunaDataConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    objective: RealtimeObjective = field(default_factory=RealtimeObjective)
+
+
+def recipe(name: str, shards: str = "", manifest: str = "", model: RealtimeConfig | None = None,
+           duration: DurationConfig | None = None) -> RealtimeTrainConfig:
+    """Default settings per preset; ``model`` / ``duration`` (the shipped Luna's, with a block size) replace the
+    preset's shapes. Built one by one in ``tests/luna/test_luna_realtime_recipe.py``."""
+    model = model or realtime_preset(name)
+    duration = duration or duration_preset(name.replace("realtime-", ""))
+    if name == "luna-realtime-tiny":
+        # Continual training from luna-tiny, not from scratch: a short schedule at a lower peak LR than Luna's 5e-4
+        # (the weights are already good; the new parts are the block-causal attention pattern and the end head).
+        # A row costs S + 2 N B_k positions, about twice its Luna cost. Measured on this 2-core CPU (random
+        # luna-realtime-tiny weights, AdamW, one thread, nice 19 while a corpus build kept both cores busy): a batch
+        # at this budget, 8 rows of 40 text tokens + 110 frames (1,200 Luna positions, 2,368 Realtime ones), took
+        # 4.1-4.2 s per step after the first. 3,000 steps ~ 3.5 hours, ~3 epochs of the 10-hour base corpus.
+        loop = LoopConfig(max_steps=3000, lr=2e-4, warmup_steps=100, weight_decay=0.1, log_every=10,
+                          val_every=250, diag_every=0, checkpoint_every=250, checkpoint_minutes=10.0, patience=6)
+        data = LunaDataConfig(batch_frames=1200, max_batch_size=16, max_frames=400)
+    else:  # luna-realtime-0.6b: sized for one large GPU in bf16, not measured here
+        loop = LoopConfig(max_steps=50_000, lr=1e-4, warmup_steps=1000, weight_decay=0.1, bf16=True,
+                          log_every=50, val_every=2000, diag_every=0, checkpoint_every=2000,
+                          checkpoint_minutes=30.0)
+        data = LunaDataConfig(batch_frames=10_000, max_batch_size=64)
+    return RealtimeTrainConfig(name=name, model=model, duration=duration, shards=shards, manifest=manifest,
+                               data=data, loop=loop)
+
+
+def config_to_json(cfg: RealtimeTrainConfig) -> dict[str, Any]:
+    return to_dict(cfg)
+
+
+def config_from_json(data: dict[str, Any]) -> RealtimeTrainConfig:
+    return from_dict(RealtimeTrainConfig, data)
+
+
+def shipped_configs(init_from: str | Path) -> tuple[Path, dict[str, Any]]:
+    """-> (directory, config.json) of a shipped Luna, without loading its weights."""
+    from duet.luna.shipped import TYPE
+    from duet.tts import model_type
+
+    path, kind = model_type(init_from)
+    if kind != TYPE:
+        raise DuetError(f"{init_from} holds a {kind!r} model; Luna Realtime continues from a Luna ({TYPE!r}) model")
+    return path, json.loads((path / "config.json").read_text())
+
+
+def train_luna_realtime(cfg: RealtimeTrainConfig | None, run_dir: str | Path, *,
+                        init_from: str | Path | None = None, resume: bool = False, stop_at_step: int | None = None,
+                        max_minutes: float | None = None, threads: int | None = None,
+                        progress: bool = True) -> LoopResult:
+    """Continue a shipped Luna (``init_from``) as Luna Realtime in ``run_dir``, or resume the run there (``cfg``
+    may then be None: the run's config is used, and ``init_from`` is ignored: the checkpoint holds the weights)."""
+    run_dir = Path(run_dir)
+    cfg = run_config(run_dir, cfg, resume, config_from_json, "Luna Realtime")
+    if threads:
+        torch.set_num_threads(threads)
+    if resume and latest_checkpoint(run_dir) is None:  # nothing saved yet: never train a random Luna by mistake
+        if init_from is None:
+            raise DuetError(f"{run_dir} has no checkpoint to resume; start it with --init-from (a shipped Luna)")
+        resume = False
+    shipped = None
+    if not resume:
+        if init_from is None:
+            raise DuetError("Luna Realtime continues a trained Luna: give --init-from (a shipped Luna model)")
+        from duet.tts import resolve_model
+
+        shipped = load_luna(resolve_model(init_from))
+        if (shipped.bundle.acoustic.config, shipped.bundle.duration.config) != (cfg.model.luna, cfg.duration):
+            raise DuetError(f"{init_from} is a different model than the run's {cfg.name}; cannot continue it")
+
+    def build() -> RealtimeBundle:
+        if shipped is None:  # a resume: the checkpoint overwrites every weight
+            return RealtimeBundle(cfg.model, cfg.duration)
+        return RealtimeBundle.from_luna(shipped.bundle, cfg.model.block_size)
+
+    tokenizer = str(shipped.path / "tokenizer.json") if shipped is not None else None
+    return run_luna_recipe(cfg, run_dir, cfg.model.luna, build, LunaRealtimeDiffusion(cfg.objective),
+                           tokenizer=tokenizer, resume=resume, stop_at_step=stop_at_step, max_minutes=max_minutes,
+                           progress=progress, extra={"init_from": str(init_from) if shipped is not None else None})
+
+
+def export_luna_realtime(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
+                         best: bool = True) -> Path:
+    """A run's checkpoint (best by validation loss by default, else the latest) -> the shipped format
+    (``duet.luna.shipped.save_luna_realtime``: fp16, ``"type": "luna-realtime"``, tokenizer, codec, the frozen
+    duration predictor). ``duet.load`` turns it into a ``duet.tts.luna_realtime.RealtimeSpeaker``."""
+    run_dir = Path(run_dir)
+    ckpt, info, run_state = export_source(run_dir, checkpoint, best)
+    try:
+        cfg = config_from_json(json.loads((run_dir / "config.json").read_text()))
+    except OSError as err:
+        raise DuetError(f"{run_dir} is not a Luna Realtime run directory (no config.json)") from err
+    bundle = RealtimeBundle(cfg.model, cfg.duration)
+    bundle.load_state_dict(load_weights(ckpt, "model"), strict=True)
+    info = {"preset": cfg.name, "init_from": run_state.get("init_from"), **info}
+    return save_luna_realtime(bundle.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"),
+                              info=info)
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+
+
+def add_train_realtime_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``luna-realtime`` and ``luna-realtime-export`` to the ``duet train`` sub-commands."""
+    p = subparsers.add_parser("luna-realtime", help="continue a shipped Luna as Luna-TTS Realtime (block diffusion)")
+    add_recipe_arguments(p, sorted(PRESETS), "runs/luna-realtime-tiny", tokenizer=False,
+                         preset_help=f"training settings and block size (default {DEFAULT_PRESET}; the model's "
+                                     "shape is --init-from's; omit with --resume)",
+                         init_from_help="the shipped Luna to continue (name or directory): weights, tokenizer, "
+                                        "duration predictor; required for a new run")
+    p.add_argument("--block-size", type=int, default=None, help="frames per block (default 32 = 1.28 s)")
+    p.add_argument("--end-weight", type=float, default=None, help="weight of the end-of-speech BCE (default 1)")
+    p.set_defaults(func=_run_train)
+
+    e = subparsers.add_parser("luna-realtime-export", help="write a Luna Realtime run as a shipped model (fp16)")
+    e.add_argument("run_dir")
+    e.add_argument("--out", required=True, help="e.g. checkpoints/luna-realtime-tiny")
+    e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
+    e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
+    e.set_defaults(func=_run_export)
+
+
+def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:
+    """Flags -> RealtimeTrainConfig. A new run takes the model from ``--init-from`` (preset default
+    luna-realtime-tiny); a resume without ``--preset`` the run's config, with the given overrides."""
+    if args.preset is None and not args.resume:
+        args = argparse.Namespace(**{**vars(args), "preset": DEFAULT_PRESET})
+    shipped = None
+    if args.preset is not None:
+        if args.init_from is None:
+            raise DuetError("give --init-from (a shipped Luna: name or directory) for a new Luna Realtime run")
+        shipped = shipped_configs(args.init_from)[1]
+
+    def from_preset(name: str, shards: str = "", manifest: str = "") -> RealtimeTrainConfig:
+        block = args.block_size or realtime_preset(name).block_size
+        model = RealtimeConfig(luna=LunaConfig.from_dict(shipped["config"]), block_size=block)
+        return recipe(name, shards, manifest, model=model, duration=DurationConfig.from_dict(shipped["duration"]))
+
+    cfg = recipe_config_from_args(args, from_preset, config_from_json, ", ".join(PRESETS))
+    if args.preset is None and args.block_size is not None:  # a resume: merge_resume refuses a change
+        cfg = replace(cfg, model=replace(cfg.model, block_size=args.block_size))
+    if args.end_weight is not None:
+        cfg = replace(cfg, objective=replace(cfg.objective, end_weight=args.end_weight))
+    return cfg
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    result = train_luna_realtime(cfg, args.out, init_from=args.init_from, resume=args.resume,
+                                 stop_at_step=args.stop_at, max_minutes=args.minutes, threads=args.threads,
+                                 progress=not args.quiet)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line
+        print(summary_line(result))
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    path = export_luna_realtime(args.run_dir, args.out, args.checkpoint, best=not args.latest)
+    print(f"exported {args.run_dir} -> {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m duet.luna.realtime_train luna-realtime ...`` (what torchrun launches)."""
+    parser = argparse.ArgumentParser(prog="duet train")
+    sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
+    sub.required = True
+    add_train_realtime_parser(sub)
+    from duet.cli import run
+
+    return run(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

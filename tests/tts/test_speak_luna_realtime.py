@@ -1,0 +1,115 @@
+"""duet.load / RealtimeSpeaker / `duet speak --stream` on a randomly initialised micro Luna Realtime (blocks of 4
+frames) and a random rvq-tiny codec.
+
+Random weights say nothing about quality; these tests pin the plumbing: dispatch on the shipped type, audio handed
+out block by block and equal to speak(), the learned end against the bound, seeds, and one-line errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import duet
+from checkpoint_testing import write_tiny_gepard, write_tiny_luna_realtime
+from duet.cli import main
+from duet.errors import DuetError
+from duet.luna.data import encode_text
+from duet.tts import MODELS
+from duet.tts.luna_realtime import RealtimeSpeaker
+
+SPF = 960  # rvq-tiny: 24 kHz, 25 frames per second
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return write_tiny_luna_realtime(tmp_path_factory.mktemp("realtime"), end_bias=-20.0)  # never ends by itself
+
+
+@pytest.fixture
+def speaker(model_dir):
+    speaker = duet.load(model_dir)
+    speaker.config = replace(speaker.config, stream=replace(speaker.config.stream, max_frames=10))
+    return speaker
+
+
+def test_load_dispatches_on_the_config_type_and_the_name_is_known(speaker):
+    assert isinstance(speaker, RealtimeSpeaker) and "luna-realtime-tiny" in MODELS
+    assert speaker.block_size == 4 and speaker.sample_rate == 24000 and speaker.voices == ("default",)
+
+
+def test_stream_hands_out_each_block_and_equals_speak(speaker):
+    chunks = list(speaker.stream("Hello there.", seed=3, steps=2))
+    assert [len(c) for c in chunks] == [4 * SPF, 4 * SPF, 2 * SPF]  # blocks of 4 frames up to the bound of 10
+    speech = speaker.speak("Hello there.", seed=3, steps=2)
+    np.testing.assert_array_equal(np.concatenate(chunks), speech.audio)
+    assert speech.ended == ("bound",) and speech.audio.dtype == np.float32
+    assert not np.array_equal(speaker.speak("Hello there.", seed=4, steps=2).audio, speech.audio)
+
+
+def test_the_bound_follows_the_duration_predictor(model_dir):
+    speaker = duet.load(model_dir)  # max_frames 750, bound_factor 2
+    ids = encode_text("Good morning.", speaker.tokenizer)
+    predicted = float(speaker.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
+    bound = speaker.bound_for(ids)
+    assert bound == int(np.ceil(2 * predicted)) + 4 < 750
+    speech = speaker.speak("Good morning.", seed=0, steps=1)
+    assert speech.ended == ("bound",) and len(speech.audio) == bound * SPF
+    speaker.config = replace(speaker.config, bound_factor=None, stream=replace(speaker.config.stream, max_frames=6))
+    assert speaker.bound_for(ids) == 6
+
+
+def test_the_learned_end_stops_a_piece(tmp_path):
+    speaker = duet.load(write_tiny_luna_realtime(tmp_path, end_bias=20.0))  # "past the end" from the first frame
+    ended: list[str] = []
+    chunks = list(speaker.stream("Hello there. Good morning.", seed=0, ended=ended))
+    gap = round(speaker.config.gap_seconds * speaker.sample_rate)
+    assert [len(c) for c in chunks] == [0, gap, 0] and ended == ["stop", "stop"]  # speech ends on block 0's start
+
+
+def test_bad_input_is_a_clear_error_before_any_decoding(speaker):
+    for steps in (0, -3):
+        with pytest.raises(DuetError, match="steps must be a positive integer"):
+            speaker.speak("Hi.", steps=steps)
+        with pytest.raises(DuetError, match="steps must be a positive integer"):
+            speaker.stream("Hi.", steps=steps)  # eager: raised by the call, not by the first chunk
+    with pytest.raises(DuetError, match="empty"):
+        speaker.stream("   ")
+    with pytest.raises(DuetError, match="unknown voice"):
+        speaker.chunks("Hi.", voice="nobody")
+    with pytest.raises(DuetError, match="temperature"):
+        speaker.speak("Hi.", temperature=-1.0)
+
+
+def test_a_codec_of_another_shape_is_refused(model_dir, tmp_path):
+    write_tiny_gepard(tmp_path)  # its codec is fsq-tiny
+    with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
+        RealtimeSpeaker.from_pretrained(model_dir, codec=str(tmp_path / "codec"))
+
+
+def test_cli_streams_blocks_to_the_file(model_dir, tmp_path, capsys):
+    out, streamed = tmp_path / "a.wav", tmp_path / "b.wav"
+    argv = ["speak", "Hello there.", "-o", str(out), "--model", str(model_dir), "--seed", "1", "--steps", "2"]
+    assert main(argv) == 0
+    assert "hit the length bound" in capsys.readouterr().out  # the end head never fires: the bound ends it
+    assert main(argv[:3] + [str(streamed)] + argv[4:] + ["--stream"]) == 0
+    assert "first audio after" in capsys.readouterr().out
+    audio, sr = sf.read(streamed, dtype="float32")
+    assert sr == 24000 and len(audio) > 0 and len(audio) % SPF == 0
+    np.testing.assert_allclose(audio, sf.read(out, dtype="float32")[0], atol=1e-4)  # 16-bit files
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--speed", "2"], "--speed applies to Luna models only, not Luna Realtime"),
+])
+def test_cli_errors_are_one_line_and_write_nothing(model_dir, tmp_path, capsys, extra, message):
+    out = tmp_path / "x.wav"
+    assert main(["speak", "Hi.", "-o", str(out), "--model", str(model_dir), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()

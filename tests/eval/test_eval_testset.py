@@ -7,7 +7,8 @@ import pytest
 import soundfile as sf
 
 from duet.errors import DuetError
-from duet.eval.testset import BuildConfig, TestItem, build_set, read_meta, write_meta
+from duet.eval.testset import (BuildConfig, TestItem, build_set, impostor_prompts, read_meta, read_speakers,
+                               write_meta)
 
 
 def _wav(path, seconds=0.5, sr=16_000):
@@ -103,6 +104,7 @@ def test_build_clone_and_short_sets(tmp_path):
     assert items["u0"].prompt_wav.name == "u1.wav" and items["u1"].prompt_wav.name == "u0.wav"
     assert items["u5"].prompt_wav.name == "u6.wav" and items["u5"].prompt_text == "A training sentence of slt here."
     assert items["u0"].gt_wav.name == "u0.wav"
+    assert read_speakers(read_meta(clone.path)) == {"u0": "kal", "u1": "kal", "u5": "slt"}
 
     short = build_set(m, tmp_path / "short", BuildConfig(kind="short"))
     s_items = read_meta(short.path).items
@@ -115,3 +117,23 @@ def test_build_clone_and_short_sets(tmp_path):
         build_set(m, tmp_path / "x", BuildConfig(split="dev"))
     with pytest.raises(DuetError, match="kind"):
         BuildConfig(kind="long")
+
+
+def test_impostor_prompts_are_other_speakers_prompts(tmp_path):
+    p = {name: tmp_path / f"{name}.wav" for name in ("a1", "a2", "b1", "c1")}
+    items = [TestItem("x", "t", p["a1"], "one", None, 1), TestItem("y", "t", p["a2"], "two", None, 2),
+             TestItem("z", "t", p["b1"], "three", None, 3), TestItem("w", "t", p["c1"], "four", None, 4),
+             TestItem("n", "", None, "five", None, 5)]
+    speakers = {"x": "A", "y": "A", "z": "B", "w": "C", "n": "D"}
+    got = impostor_prompts(items, speakers)
+    assert {k: sorted(v) for k, v in got.items()} == {
+        "x": [p["b1"], p["c1"]], "y": [p["b1"], p["c1"]], "z": sorted([p["a1"], p["a2"], p["c1"]]),
+        "w": sorted([p["a1"], p["a2"], p["b1"]]), "n": sorted(p.values())}
+    assert all(len(v) == 1 for v in impostor_prompts(items, speakers, limit=1).values())
+    assert impostor_prompts(items, {}) == {}
+    (tmp_path / "set").mkdir()
+    meta = write_meta(tmp_path / "set" / "meta.lst", [TestItem("x", "", None, "one", None, 1)])
+    assert read_speakers(read_meta(meta)) == {}  # a Seed-TTS-eval set has no speakers.json
+    (meta.parent / "speakers.json").write_text("[1, 2]")
+    with pytest.raises(DuetError, match="must map"):
+        read_speakers(read_meta(meta))

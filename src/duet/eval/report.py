@@ -55,6 +55,7 @@ COLUMNS = (
     Column("wer", "WER %", _pct, "mean of per-utterance WER (Seed-TTS-eval normalisation), Whisper tiny.en by default"),
     Column("cer", "CER %", _pct, "mean of per-utterance CER"),
     Column("sim", "SIM", _f3, "speaker similarity to the prompt (cosine; Resemblyzer by default)"),
+    Column("sim_other", "SIM other", _f3, "mean similarity to prompts of other speakers (sets with speakers.json)"),
     Column("dnsmos_ovrl", "OVRL", _f2, "DNSMOS P.835 overall (1-5)"),
     Column("dnsmos_sig", "SIG", _f2, "DNSMOS P.835 speech signal (1-5)"),
     Column("dnsmos_bak", "BAK", _f2, "DNSMOS P.835 background (1-5, higher is quieter)"),

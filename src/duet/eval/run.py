@@ -30,7 +30,7 @@ from typing import Any
 from duet.errors import DuetError
 from duet.eval.scoring import ScoreConfig, Scorer, summarize
 from duet.eval.synth import Synthesis, Synthesizer, SynthOptions, load_synthesizer
-from duet.eval.testset import Problem, TestItem, TestSet, read_meta
+from duet.eval.testset import Problem, TestItem, TestSet, impostor_prompts, read_meta, read_speakers
 
 RUN_FORMAT = 1
 
@@ -233,7 +233,8 @@ def run_eval(config: RunConfig, synthesizer: Synthesizer | None = None) -> RunRe
         close = getattr(synthesizer, "close", None)
         if close is not None:
             close()
-    rows, scored, score_problems = score_set(Scorer(config.score), items, out_dir,
+    impostors = impostor_prompts(items, read_speakers(test_set))
+    rows, scored, score_problems = score_set(Scorer(config.score, impostors), items, out_dir,
                                              synthesizer.reconstructs_reference, config.progress)
     problems = list(test_set.problems) + synth_problems + score_problems
     summary = {

@@ -4,7 +4,9 @@ Metrics (each can be switched off with ``ScoreConfig.metrics``):
 - ``wer``: Whisper transcript (``asr.Transcriber``) scored against the target text: WER and CER with Seed-TTS-eval
   normalisation (``wer``), and the deletions behind the skipped-words rate (``short_register``);
 - ``sim``: speaker similarity of the output to the prompt wav (Resemblyzer, or WavLM x-vectors from a local
-  checkpoint: ``speaker="wavlm:DIR"``);
+  checkpoint: ``speaker="wavlm:DIR"``); where the set names its speakers (``speakers.json``), also ``sim_other``:
+  the mean similarity to prompts of other speakers (``testset.impostor_prompts``), the floor ``sim`` is read
+  against (Luna §5: a cloned voice should be closer to its prompt than to anyone else's);
 - ``dnsmos``: DNSMOS P.835 SIG / BAK / OVRL and P.808 (``dnsmos``);
 - ``signal``: PESQ-WB, STOI and MCD against ``gt_wav``, only for systems that reconstruct it (codecs).
 Always: duration, expected duration and the late-stop flag, runaway flag, wall time, RTF and time to first audio
@@ -77,8 +79,9 @@ def _duration(path: Path) -> float:
 class Scorer:
     """Holds the metric models (loaded on first use) and caches prompt embeddings by path."""
 
-    def __init__(self, config: ScoreConfig = ScoreConfig()):
+    def __init__(self, config: ScoreConfig = ScoreConfig(), impostors: dict[str, list[Path]] | None = None):
         self.config = config
+        self.impostors = impostors or {}  # utt -> prompt wavs of other speakers (sim_other)
         self._asr = None
         self._speaker = None
         self._dnsmos = None
@@ -184,8 +187,16 @@ class Scorer:
 
         if "wer" in metrics:
             attempt("wer", asr)
+        def sim() -> dict[str, Any]:
+            out = self.speaker.embed(audio, sr)
+            row = {"sim": self.speaker.similarity(out, prompt_embedding)}
+            others = [self.speaker.similarity(out, self._prompt_embedding(p)) for p in self.impostors.get(item.utt, ())]
+            if others:
+                row["sim_other"] = sum(others) / len(others)
+            return row
+
         if prompt_embedding is not None:
-            attempt("sim", lambda: {"sim": self.speaker.similarity(self.speaker.embed(audio, sr), prompt_embedding)})
+            attempt("sim", sim)
         if "dnsmos" in metrics:
             attempt("dnsmos", dnsmos)
         if reference is not None:
@@ -222,7 +233,7 @@ def summarize(rows: Iterable[dict]) -> dict[str, Any]:
     rows = list(rows)
     out: dict[str, Any] = {"utterances": len(rows), "audio_s": sum(r["duration_s"] for r in rows)}
     out["counts"] = {}  # utterances behind each mean (fewer than "utterances" where a metric failed)
-    for key in ("wer", "cer", "sim", "dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak", "dnsmos_p808", "pesq", "stoi",
+    for key in ("wer", "cer", "sim", "sim_other", "dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak", "dnsmos_p808", "pesq", "stoi",
                 "mcd"):
         values = _values(rows, key)
         out[key], out["counts"][key] = _mean(values), len(values)

@@ -23,11 +23,13 @@ Builders (``duet eval build-set``) turn the corpus manifest (:mod:`duet.data.man
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -165,6 +167,43 @@ def write_meta(path: str | Path, items: list[TestItem]) -> Path:
     return path
 
 
+SPEAKERS_FILE = "speakers.json"  # optional, next to meta.lst: utt -> speaker of its prompt and target
+
+
+def read_speakers(test_set: TestSet) -> dict[str, str]:
+    """The set's ``speakers.json`` (written by ``build_set``) or {} when it has none (a Seed-TTS-eval set)."""
+    path = test_set.path.parent / SPEAKERS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DuetError(f"{path} is unreadable or not JSON: {err}") from err
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise DuetError(f"{path} must map utterance ids to speaker names")
+    return data
+
+
+def impostor_prompts(items: Sequence[TestItem], speakers: dict[str, str], limit: int = 8) -> dict[str, list[Path]]:
+    """utt -> up to ``limit`` prompt wavs of other speakers in the set (a deterministic, per-utt choice).
+
+    What a cloned utterance's similarity to *other* voices is measured against (``sim_other``): a system that
+    clones should be much closer to its own prompt than to these.
+    """
+    by_speaker: dict[str, set[Path]] = defaultdict(set)
+    for it in items:
+        if it.prompt_wav is not None and it.utt in speakers:
+            by_speaker[speakers[it.utt]].add(it.prompt_wav)
+    out = {}
+    for it in items:
+        if it.utt not in speakers:
+            continue
+        pool = sorted(p for spk, paths in by_speaker.items() if spk != speakers[it.utt] for p in paths)
+        if pool:
+            out[it.utt] = random.Random(it.utt).sample(pool, min(limit, len(pool)))
+    return out
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Building sets from the corpus
 
@@ -223,6 +262,7 @@ def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = B
 
     skipped: Counter[str] = Counter()
     items: list[TestItem] = []
+    speakers: dict[str, str] = {}
     for target in (e for e in lang if e.split == config.split):
         n = _words(target.text)
         is_short = 1 <= n <= config.max_short_words
@@ -242,6 +282,7 @@ def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = B
         prompt = random.Random(f"{config.seed}\x00{target.id}").choice(pool)
         items.append(TestItem(utt=target.id, prompt_text=prompt.text, prompt_wav=audio_path(manifest, prompt),
                               target_text=target.text, gt_wav=audio_path(manifest, target), line=len(items) + 1))
+        speakers[target.id] = target.speaker
         if config.limit is not None and len(items) >= config.limit:
             break
     if not items:
@@ -249,4 +290,5 @@ def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = B
                         f"(language {config.language!r})")
     out_dir = Path(out_dir)
     path = write_meta(out_dir / "meta.lst", items)
+    (out_dir / SPEAKERS_FILE).write_text(json.dumps(speakers, indent=1, sort_keys=True), encoding="utf-8")
     return BuiltSet(path, len(items), dict(skipped))

@@ -233,3 +233,43 @@ def test_cli_refuses_steps_for_gepard(gepard_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "--steps applies to Luna models only" in err and "gepard" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_cli_clones_a_prompt_clip(model_dir, speaker, tmp_path, capsys):
+    ref = tmp_path / "ref.wav"
+    sf.write(ref, _clip(speaker), speaker.sample_rate)
+    out = tmp_path / "cloned.wav"
+    argv = ["speak", "Hello there.", "-o", str(out), "--model", str(model_dir), "--seed", "2", "--steps", "4",
+            "--prompt", str(ref), "--prompt-text", "Good morning."]
+    assert main(argv) == 0
+    vp = speaker.voice_prompt(sf.read(ref, dtype="float32")[0], "Good morning.")
+    expected = speaker.speak("Hello there.", seed=2, steps=4, prompt=vp).audio
+    np.testing.assert_allclose(sf.read(out, dtype="float32")[0], expected, atol=1e-4)  # 16-bit file
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--prompt", "REF"], "--prompt and --prompt-text go together"),
+    (["--prompt-text", "Hi."], "--prompt and --prompt-text go together"),
+    (["--prompt", "missing.wav", "--prompt-text", "Hi."], "no such file"),
+    (["--prompt", "SILENT", "--prompt-text", "Hi."], "silent"),
+])
+def test_cli_prompt_errors_are_one_line(model_dir, tmp_path, capsys, extra, message):
+    ref, silent = tmp_path / "ref.wav", tmp_path / "silent.wav"
+    sf.write(ref, np.full(8000, 0.2, np.float32), 24000)
+    sf.write(silent, np.zeros(8000, np.float32), 24000)
+    extra = [{"REF": str(ref), "SILENT": str(silent), "missing.wav": str(tmp_path / "missing.wav")}.get(a, a)
+             for a in extra]
+    out = tmp_path / "x.wav"
+    assert main(["speak", "Hi.", "-o", str(out), "--model", str(model_dir), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_refuses_a_prompt_for_gepard(gepard_dir, tmp_path, capsys):
+    ref = tmp_path / "ref.wav"
+    sf.write(ref, np.full(8000, 0.2, np.float32), 24000)
+    argv = ["speak", "Hi.", "-o", str(tmp_path / "x.wav"), "--model", str(gepard_dir), "--prompt", str(ref),
+            "--prompt-text", "Hi."]
+    assert main(argv) == 2
+    assert "--prompt applies to Luna models only" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
-[--seed N] [--steps S] [--speed X]``.
+[--seed N] [--steps S] [--speed X] [--prompt REF.wav --prompt-text "what REF says"]``.
 
 ``--stream`` writes the file as audio is decoded (a reader can follow it) and reports the time to first audio;
 without it the file is written once at the end (Luna decodes a sentence at a time, so its stream comes in
@@ -9,6 +9,10 @@ sentences; Luna Realtime streams one 1.28 s block at a time). ``--steps`` (MaskG
 and has no length to scale) they are refused with an error rather than silently ignored. Text ``-`` is read from
 standard input. Bad input (empty text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be
 written) ends with one line on stderr and exit code 2, before any model is loaded where possible.
+
+``--prompt`` with ``--prompt-text`` clones the voice of a reference clip (Luna only: the clip's codes and its
+transcript condition the new text, Luna §2.5; ``duet.tts.luna.LunaSpeaker.voice_prompt``). A silent, unreadable or
+too long clip, or one flag without the other, is refused in one line.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from pathlib import Path
 from duet.errors import DuetError
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
-LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna",)}  # flag -> the model types that take it
+LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna",),  # flag -> the model types that take it
+                "prompt": ("luna",)}
 
 
 def register(subparsers) -> None:
@@ -40,6 +45,8 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="Luna only: refinement steps (default 32; 16, 8 faster; Realtime: per block, default 8)")
     p.add_argument("--speed", type=float, default=None, help="Luna only: speaking rate (1 as predicted, 2 faster)")
+    p.add_argument("--prompt", default=None, help="Luna only: a reference clip whose voice to clone (with --prompt-text)")
+    p.add_argument("--prompt-text", default=None, help="what the --prompt clip says")
     p.set_defaults(func=run_speak)
 
 
@@ -58,10 +65,16 @@ def check_output(path: Path) -> str:
     return fmt
 
 
-def check_luna_options(model: str, steps: int | None, speed: float | None) -> dict:
-    """Validate ``--steps`` / ``--speed`` before loading: positive, and only for a Luna model (read from its
-    config.json). -> the keyword arguments to pass on (none when neither flag was given)."""
-    given = {k: v for k, v in (("steps", steps), ("speed", speed)) if v is not None}
+def check_luna_options(model: str, steps: int | None, speed: float | None, prompt: str | None = None,
+                       prompt_text: str | None = None) -> dict:
+    """Validate ``--steps`` / ``--speed`` / ``--prompt`` before loading: positive, and only for a Luna model (read
+    from its config.json). -> the keyword arguments to pass on (none when no such flag was given; ``prompt`` is
+    the clip's path, turned into a voice prompt once the model is loaded)."""
+    if (prompt is None) != (prompt_text is None):
+        raise DuetError("--prompt and --prompt-text go together: the clip and what it says")
+    if prompt is not None and not Path(prompt).is_file():
+        raise DuetError(f"--prompt {prompt}: no such file")
+    given = {k: v for k, v in (("steps", steps), ("speed", speed), ("prompt", prompt)) if v is not None}
     if not given:
         return {}
     if steps is not None and steps < 1:
@@ -93,10 +106,15 @@ def run_speak(args: argparse.Namespace) -> int:
         raise DuetError("the text is empty")
     out = Path(args.output)
     fmt = check_output(out)
-    luna_only = check_luna_options(args.model, args.steps, args.speed)
+    luna_only = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
     speaker = load(args.model)
     if args.voice is not None and args.voice not in speaker.voices:
         raise DuetError(f"unknown voice {args.voice!r} for {args.model}: {', '.join(speaker.voices)}")
+    if "prompt" in luna_only:
+        from duet.audio import load_audio
+
+        clip, _ = load_audio(luna_only["prompt"], sample_rate=speaker.sample_rate)
+        luna_only["prompt"] = speaker.voice_prompt(clip, args.prompt_text)
     options = dict(voice=args.voice, seed=args.seed, temperature=args.temperature, top_k=args.top_k, **luna_only)
     started = time.perf_counter()
     if args.stream:

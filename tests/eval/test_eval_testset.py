@@ -137,3 +137,38 @@ def test_impostor_prompts_are_other_speakers_prompts(tmp_path):
     (meta.parent / "speakers.json").write_text("[1, 2]")
     with pytest.raises(DuetError, match="must map"):
         read_speakers(read_meta(meta))
+
+
+def test_word_set_draws_plain_one_and_two_word_prompts(tmp_path):
+    from duet.eval.testset import build_word_set
+
+    words = tmp_path / "words"
+    plain = [f"w{c}ord" for c in "abcdefghijklmnopqrstuvwxyz"]
+    words.write_text("\n".join(["Alice", "dog's", "ab", "x" * 11, *plain]) + "\n")
+    built = build_word_set(tmp_path / "set", count=10, words=words, two_word_share=0.3, seed=1)
+    items = read_meta(built.path).items
+    assert built.items == len(items) == 10
+    texts = [it.target_text for it in items]
+    assert [len(t.split()) for t in texts] == [1] * 7 + [2] * 3
+    used = [w for t in texts for w in t.split()]
+    assert len(set(used)) == 13 and set(used) <= set(plain)  # no names, possessives, too short or too long words
+    assert all(it.prompt_wav is None and it.gt_wav is None for it in items)
+    again = build_word_set(tmp_path / "again", count=10, words=words, two_word_share=0.3, seed=1)
+    assert again.path.read_text() == built.path.read_text()
+    with pytest.raises(DuetError, match="plain words"):
+        build_word_set(tmp_path / "x", count=30, words=words)
+    with pytest.raises(DuetError, match="cannot read the word list"):
+        build_word_set(tmp_path / "x", words=tmp_path / "missing")
+
+
+def test_corpus_words_are_the_manifests_common_plain_words(tmp_path):
+    from duet.eval.testset import corpus_words
+
+    rows = [{"id": f"u{i}", "text": text, "language": lang, "speaker": "s", "path": f"u{i}.wav", "duration": 1.0,
+             "source": "festival", "split": "train"}
+            for i, (text, lang) in enumerate([("The garden gate, the garden!", "en"), ("Garden party at noon.", "en"),
+                                              ("Le garden gate.", "fr"), ("Gate garden of Eden", "en")])]
+    m = tmp_path / "manifest.jsonl"
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sorted(corpus_words(m)) == ["garden"]  # 4 English uses; "gate" has 2, "the" 2
+    assert sorted(corpus_words(m, min_count=2)) == ["garden", "gate", "the"]

@@ -57,10 +57,12 @@ def _register_sets_and_runs(evsub) -> None:
         "build-set",
         help="build a Seed-TTS-eval meta.lst from a corpus manifest (clone pairs or the short register)",
         description="Targets of one split, each paired with a prompt read by the same speaker. 'clone': targets "
-        "of more than --max-short-words words; 'short': targets of 1..--max-short-words words.",
+        "of more than --max-short-words words; 'short': targets of 1..--max-short-words words. 'words': --limit "
+        "(default 100) one- or two-word prompts, no voice prompt: the common words of --manifest, else --words.",
     )
-    build.add_argument("--manifest", required=True, type=Path, help="corpus manifest (JSONL)")
-    build.add_argument("--kind", required=True, choices=("clone", "short"))
+    build.add_argument("--manifest", type=Path, default=None, help="corpus manifest (JSONL; clone and short)")
+    build.add_argument("--kind", required=True, choices=("clone", "short", "words"))
+    build.add_argument("--words", default=None, help="word list for --kind words without --manifest (default /usr/share/dict/words)")
     build.add_argument("--out", required=True, type=Path, help="directory for meta.lst")
     build.add_argument("--split", default="test")
     build.add_argument("--language", default="en")
@@ -131,8 +133,15 @@ _METRICS = ("wer", "sim", "dnsmos", "signal")
 
 
 def run_build_set(args: argparse.Namespace) -> int:
-    from duet.eval.testset import BuildConfig, build_set
+    from duet.eval.testset import WORD_LIST, BuildConfig, build_set, build_word_set, corpus_words
 
+    if args.kind == "words":
+        words = args.words or (corpus_words(args.manifest, args.language) if args.manifest else WORD_LIST)
+        built = build_word_set(args.out, args.limit or 100, words, seed=args.seed)
+        print(f"wrote {built.path}: {built.items} items")
+        return 0
+    if args.manifest is None:
+        raise DuetError(f"--kind {args.kind} needs --manifest (the corpus to draw targets and prompts from)")
     config = BuildConfig(kind=args.kind, split=args.split, language=args.language,
                          max_short_words=args.max_short_words, min_prompt_s=args.min_prompt_s,
                          max_prompt_s=args.max_prompt_s, limit=args.limit, seed=args.seed)

@@ -19,6 +19,10 @@ Builders (``duet eval build-set``) turn the corpus manifest (:mod:`duet.data.man
   the same speaker (another sentence; from the same split where one exists, else from any split);
 - ``short``: the short register (Gepard §3.3 / DESIGN.md §A): targets of 1-2 words, same pairing. 1-2 word inputs
   are where AR TTS runs away, stops late or skips words, so they get a set of their own.
+- ``words`` (:func:`build_word_set`): N prompts of one or two words, without prompt or ground truth: the runaway
+  probe at any size, since the corpus test split holds only a few dozen short utterances. The words are the
+  corpus's own common words (:func:`corpus_words`: at least 3 uses in the manifest's texts of the language) or,
+  without a manifest, a word list (Debian's ``/usr/share/dict/words``).
 """
 
 from __future__ import annotations
@@ -292,3 +296,45 @@ def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = B
     path = write_meta(out_dir / "meta.lst", items)
     (out_dir / SPEAKERS_FILE).write_text(json.dumps(speakers, indent=1, sort_keys=True), encoding="utf-8")
     return BuiltSet(path, len(items), dict(skipped))
+
+
+WORD_LIST = "/usr/share/dict/words"  # Debian wamerican
+_PLAIN_WORD = re.compile(r"^[a-z]{3,10}$")
+
+
+def corpus_words(manifest: str | Path, language: str = "en", min_count: int = 3) -> list[str]:
+    """The plain words (lower-case, 3-10 letters) used at least ``min_count`` times in a manifest's texts."""
+    from duet.data.manifest import read_manifest
+
+    counts = Counter(w for e in read_manifest(manifest) if e.language == language
+                     for w in re.findall(r"[a-z]+", e.text.lower()))
+    return [w for w, n in counts.items() if n >= min_count and _PLAIN_WORD.match(w)]
+
+
+def build_word_set(out_dir: str | Path, count: int = 100, words: str | Path | list[str] = WORD_LIST,
+                   two_word_share: float = 0.3, seed: int = 0) -> BuiltSet:
+    """``count`` prompts of one word (and a ``two_word_share`` of two words) -> ``meta.lst``.
+
+    ``words``: a list of words or a word-list file; only plain lower-case entries of 3-10 letters count (no names,
+    no possessives). They are drawn with a seeded generator; items have no prompt and no ground truth.
+    """
+    if count < 1:
+        raise DuetError(f"a word set needs at least 1 item, got {count}")
+    if not 0.0 <= two_word_share <= 1.0:
+        raise DuetError(f"two_word_share must lie in [0, 1], got {two_word_share}")
+    if isinstance(words, list):
+        lines = words
+    else:
+        try:
+            lines = Path(words).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as err:
+            raise DuetError(f"cannot read the word list {words}: {err} (Debian: apt-get install wamerican)") from err
+    pool = sorted({w.strip() for w in lines if _PLAIN_WORD.match(w.strip())})
+    two = round(count * two_word_share)
+    if len(pool) < count + two:
+        raise DuetError(f"{words} has {len(pool)} plain words; {count + two} are needed")
+    drawn = random.Random(seed).sample(pool, count + two)
+    texts = drawn[: count - two] + [f"{a} {b}" for a, b in zip(drawn[count - two: count], drawn[count:])]
+    items = [TestItem(utt=f"word-{i:04d}", prompt_text="", prompt_wav=None, target_text=text, gt_wav=None,
+                      line=i + 1) for i, text in enumerate(texts)]
+    return BuiltSet(write_meta(Path(out_dir) / "meta.lst", items), len(items), {})

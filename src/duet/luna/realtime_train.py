@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,7 +47,8 @@ from duet.luna.train import run_luna_recipe
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult
 from duet.train.objectives.luna import LunaRealtimeDiffusion
-from duet.train.recipe import add_recipe_arguments, export_source, run_config, summary_line
+from duet.train.recipe import (add_recipe_arguments, export_source, run_config, run_export, run_train,
+                               stage_main)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 DEFAULT_PRESET = "luna-realtime-tiny"
@@ -211,30 +211,16 @@ def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    result = train_luna_realtime(cfg, args.out, init_from=args.init_from, resume=args.resume,
-                                 stop_at_step=args.stop_at, max_minutes=args.minutes, threads=args.threads,
-                                 progress=not args.quiet)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line
-        print(summary_line(result))
-    return 0
+    return run_train(train_luna_realtime, config_from_args(args), args)
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    path = export_luna_realtime(args.run_dir, args.out, args.checkpoint, best=not args.latest)
-    print(f"exported {args.run_dir} -> {path}")
-    return 0
+    return run_export(export_luna_realtime, args)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.luna.realtime_train luna-realtime ...`` (what torchrun launches)."""
-    parser = argparse.ArgumentParser(prog="duet train")
-    sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
-    sub.required = True
-    add_train_realtime_parser(sub)
-    from duet.cli import run
-
-    return run(parser, argv)
+    return stage_main(add_train_realtime_parser, argv)
 
 
 if __name__ == "__main__":

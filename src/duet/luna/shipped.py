@@ -52,9 +52,7 @@ def save_luna(bundle: LunaBundle, tokenizer_file: str | Path, out_dir: str | Pat
               codec: dict[str, Any] | None = None, info: dict[str, Any] | None = None,
               dtype: torch.dtype = torch.float16) -> Path:
     """Write ``bundle`` + its tokenizer as a shippable directory (each file replaced atomically); returns it."""
-    body = {"config": bundle.acoustic.config.to_dict(), "duration": bundle.duration.config.to_dict(),
-            "codec": codec or {}, "info": info or {}}
-    return write_shipped(out_dir, TYPE, FORMAT_VERSION, bundle.state_dict(), tokenizer_file, body, dtype)
+    return _save(TYPE, bundle, tokenizer_file, out_dir, codec, info, dtype)
 
 
 def load_luna(path: str | Path, device: str | torch.device = "cpu") -> LoadedLuna:
@@ -76,9 +74,14 @@ def save_luna_realtime(bundle: RealtimeBundle, tokenizer_file: str | Path, out_d
                        codec: dict[str, Any] | None = None, info: dict[str, Any] | None = None,
                        dtype: torch.dtype = torch.float16) -> Path:
     """Write a Realtime bundle + its tokenizer as a shippable directory (``"type": "luna-realtime"``)."""
+    return _save(REALTIME_TYPE, bundle, tokenizer_file, out_dir, codec, info, dtype)
+
+
+def _save(kind: str, bundle: LunaBundle | RealtimeBundle, tokenizer_file: str | Path, out_dir: str | Path,
+          codec: dict[str, Any] | None, info: dict[str, Any] | None, dtype: torch.dtype) -> Path:
     body = {"config": bundle.acoustic.config.to_dict(), "duration": bundle.duration.config.to_dict(),
             "codec": codec or {}, "info": info or {}}
-    return write_shipped(out_dir, REALTIME_TYPE, FORMAT_VERSION, bundle.state_dict(), tokenizer_file, body, dtype)
+    return write_shipped(out_dir, kind, FORMAT_VERSION, bundle.state_dict(), tokenizer_file, body, dtype)
 
 
 def load_luna_realtime(path: str | Path, device: str | torch.device = "cpu") -> LoadedRealtime:

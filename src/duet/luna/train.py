@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +52,8 @@ from duet.luna.shipped import load_luna, save_luna
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult, Objective, setup_distributed, train
 from duet.train.objectives.luna import LunaDiffusion
-from duet.train.recipe import add_recipe_arguments, export_source, prepare_tokenizer, run_config, summary_line
+from duet.train.recipe import (add_recipe_arguments, export_source, prepare_tokenizer, run_config, run_export,
+                               run_train, stage_main)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 
@@ -229,30 +229,16 @@ def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    result = train_luna(cfg, args.out, tokenizer=args.tokenizer, resume=args.resume, stop_at_step=args.stop_at,
-                        max_minutes=args.minutes, threads=args.threads, progress=not args.quiet,
-                        init_from=args.init_from)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one summary line
-        print(summary_line(result))
-    return 0
+    return run_train(train_luna, config_from_args(args), args, tokenizer=args.tokenizer)
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    path = export_luna(args.run_dir, args.out, args.checkpoint, best=not args.latest)
-    print(f"exported {args.run_dir} -> {path}")
-    return 0
+    return run_export(export_luna, args)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.luna.train luna ...`` (what torchrun launches)."""
-    parser = argparse.ArgumentParser(prog="duet train")
-    sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
-    sub.required = True
-    add_train_luna_parser(sub)
-    from duet.cli import run
-
-    return run(parser, argv)
+    return stage_main(add_train_luna_parser, argv)
 
 
 if __name__ == "__main__":

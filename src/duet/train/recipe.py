@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from dataclasses import fields, replace
@@ -203,3 +204,31 @@ def summary_line(result: LoopResult) -> str:
     best = f", best val loss {result.best_val:.4f}" if result.best_val is not None else ""
     return (f"{result.run_dir}: step {result.step} ({result.stopped}), {last}{best}, "
             f"{result.skipped_steps} skipped steps")
+
+
+def run_train(train_fn: Callable[..., LoopResult], cfg: Any, args: argparse.Namespace, **options: Any) -> int:
+    """``duet train FAMILY``'s action: ``train_fn(cfg, --out, ...)`` with the shared flags, then one summary line
+    (rank 0 only under torchrun). ``options``: the family's own keywords (e.g. ``tokenizer``)."""
+    result = train_fn(cfg, args.out, resume=args.resume, stop_at_step=args.stop_at, max_minutes=args.minutes,
+                      threads=args.threads, progress=not args.quiet, init_from=args.init_from, **options)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(summary_line(result))
+    return 0
+
+
+def run_export(export_fn: Callable[..., Path], args: argparse.Namespace) -> int:
+    """``duet train FAMILY-export RUN --out DIR [--checkpoint C] [--latest]``'s action."""
+    path = export_fn(args.run_dir, args.out, args.checkpoint, best=not args.latest)
+    print(f"exported {args.run_dir} -> {path}")
+    return 0
+
+
+def stage_main(add_parsers: Callable[[Any], None], argv: list[str] | None) -> int:
+    """``python -m duet.FAMILY.train ...`` (what torchrun launches): the family's ``duet train`` stages alone."""
+    parser = argparse.ArgumentParser(prog="duet train")
+    sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
+    sub.required = True
+    add_parsers(sub)
+    from duet.cli import run
+
+    return run(parser, argv)

@@ -49,6 +49,14 @@ LENGTH = "length"  # the piece has the length the duration predictor gave it
 BOUND = "bound"  # the length was capped at max_frames (or the model's positions)
 
 
+def check_codec(name: str, cfg, codec) -> None:
+    """A Luna grid of Q codebooks x K codes (``LunaConfig``) needs a codec of exactly that shape."""
+    want = (cfg.codebook_size,) * cfg.num_codebooks
+    if tuple(codec.codebook_sizes) != want:
+        raise DuetError(f"{name} needs a codec of {cfg.num_codebooks} codebooks x {cfg.codebook_size}; "
+                        f"{codec} has {tuple(codec.codebook_sizes)}")
+
+
 @dataclass(frozen=True)
 class LunaSpeakConfig:
     decode: DecodeConfig = DecodeConfig(steps=32)  # steps, temperature, top-k, CFG scale (duet.luna.decode)
@@ -83,11 +91,7 @@ class LunaSpeaker:
         self.config = config
         self.name = loaded.path.name
         self.sample_rate = codec.sample_rate
-        cfg = self.model.config
-        want = (cfg.codebook_size,) * cfg.num_codebooks
-        if tuple(codec.codebook_sizes) != want:
-            raise DuetError(f"{self.name} needs a codec of {cfg.num_codebooks} codebooks x {cfg.codebook_size}; "
-                            f"{codec} has {tuple(codec.codebook_sizes)}")
+        check_codec(self.name, self.model.config, codec)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu") -> "LunaSpeaker":

@@ -39,6 +39,7 @@ from duet.luna.data import encode_text
 from duet.luna.shipped import LoadedRealtime, load_luna_realtime
 from duet.luna.stream import END_OF_SPEECH, StreamChunk, StreamConfig, stream_speech
 from duet.text.sentences import split_sentences
+from duet.tts.luna import check_codec
 from duet.tts.speech import Speech
 
 STOP = "stop"  # the end head ended the piece (Speech.ended, as Gepard's stop head)
@@ -71,11 +72,7 @@ class RealtimeSpeaker:
         self.config = config
         self.name = loaded.path.name
         self.sample_rate = codec.sample_rate
-        cfg = self.model.config.luna
-        want = (cfg.codebook_size,) * cfg.num_codebooks
-        if tuple(codec.codebook_sizes) != want:
-            raise DuetError(f"{self.name} needs a codec of {cfg.num_codebooks} codebooks x {cfg.codebook_size}; "
-                            f"{codec} has {tuple(codec.codebook_sizes)}")
+        check_codec(self.name, self.model.config.luna, codec)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu",

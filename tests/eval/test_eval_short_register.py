@@ -53,6 +53,12 @@ def test_summarize_hand_computed():
     assert s["skipped_words"]["utterances_with_deletion"] == 2
     assert s["sim"] == pytest.approx(0.7) and s["counts"]["sim"] == 2 and s["metric_errors"] == {"sim": 1}
     assert s["pesq"] is None and s["cer_pooled"] is None
+    assert s["duration_mae_s"] is None and s["counts"]["duration_mae_s"] == 0  # no row knows its recording
+    rows[0].update(expected_s=1.5, expected_from="gt")  # 1.0 s for a 1.5 s recording
+    rows[1].update(expected_s=2.0, expected_from="gt")  # 3.0 s for 2.0 s
+    rows[2].update(expected_s=9.0, expected_from="prompt-rate")  # an estimate, not a recording: left out
+    s = summarize(rows)
+    assert s["duration_mae_s"] == pytest.approx(0.75) and s["counts"]["duration_mae_s"] == 2
 
 
 def test_score_config_validation():

@@ -60,6 +60,7 @@ COLUMNS = (
     Column("dnsmos_sig", "SIG", _f2, "DNSMOS P.835 speech signal (1-5)"),
     Column("dnsmos_bak", "BAK", _f2, "DNSMOS P.835 background (1-5, higher is quieter)"),
     Column("dnsmos_p808", "P.808", _f2, "DNSMOS P.808 overall (1-5)"),
+    Column("duration_mae_s", "dur err s", _f2, "mean |output duration - recording duration| (sets with gt_wav)"),
     Column("rtf", "RTF", _f3, "synthesis time / audio duration (lower is faster)"),
     Column("ttfa_p50_s", "TTFA ms", _ms, "median time to first audio"),
     Column("pesq", "PESQ-WB", _f2, "wide-band PESQ of the reconstruction against ground truth"),

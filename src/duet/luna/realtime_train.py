@@ -47,8 +47,8 @@ from duet.luna.train import run_luna_recipe
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult
 from duet.train.objectives.luna import LunaRealtimeDiffusion
-from duet.train.recipe import (add_recipe_arguments, export_source, run_config, run_export, run_train,
-                               stage_main)
+from duet.train.recipe import (add_export_parser, add_recipe_arguments, export_source, run_config, run_export,
+                               run_train, stage_main)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 DEFAULT_PRESET = "luna-realtime-tiny"
@@ -178,12 +178,8 @@ def add_train_realtime_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--end-weight", type=float, default=None, help="weight of the end-of-speech BCE (default 1)")
     p.set_defaults(func=_run_train)
 
-    e = subparsers.add_parser("luna-realtime-export", help="write a Luna Realtime run as a shipped model (fp16)")
-    e.add_argument("run_dir")
-    e.add_argument("--out", required=True, help="e.g. checkpoints/luna-realtime-tiny")
-    e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
-    e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
-    e.set_defaults(func=_run_export)
+    add_export_parser(subparsers, "luna-realtime-export", "write a Luna Realtime run as a shipped model (fp16)",
+                      "checkpoints/luna-realtime-tiny", _run_export)
 
 
 def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:

@@ -52,8 +52,8 @@ from duet.luna.shipped import load_luna, save_luna
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult, Objective, setup_distributed, train
 from duet.train.objectives.luna import LunaDiffusion
-from duet.train.recipe import (add_recipe_arguments, export_source, prepare_tokenizer, run_config, run_export,
-                               run_train, stage_main)
+from duet.train.recipe import (add_export_parser, add_recipe_arguments, export_source, prepare_tokenizer, run_config,
+                               run_export, run_train, stage_main)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 
@@ -215,12 +215,8 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
     add_recipe_arguments(p, sorted(PRESETS), "runs/luna-tiny")
     p.set_defaults(func=_run_train)
 
-    e = subparsers.add_parser("luna-export", help="write a Luna run as a shipped model (fp16 safetensors)")
-    e.add_argument("run_dir")
-    e.add_argument("--out", required=True, help="e.g. checkpoints/luna-tiny")
-    e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
-    e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
-    e.set_defaults(func=_run_export)
+    add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
+                      "checkpoints/luna-tiny", _run_export)
 
 
 def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:

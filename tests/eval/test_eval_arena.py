@@ -176,7 +176,7 @@ def test_arena_page_in_headless_chromium(runs, tmp_path):
              f"--user-data-dir={profile}", "--remote-debugging-port=0", f"http://127.0.0.1:{port}/"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port_file = profile / "DevToolsActivePort"  # Chromium writes the port it picked here
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while not (port_file.is_file() and port_file.read_text().strip()):
             assert browser.poll() is None, "chromium exited"
             assert time.monotonic() < deadline, "chromium did not open its DevTools port"

@@ -47,7 +47,7 @@ def server():
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a loaded CI machine can take minutes to import torch
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"duet serve exited: {proc.stdout.read().decode(errors='replace')}")

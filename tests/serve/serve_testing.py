@@ -8,6 +8,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+import torch
+
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.mock import MockAdapter, MockConfig
 from duet.serve.scheduler import SchedulerConfig
@@ -46,3 +48,25 @@ def uvicorn_server(app) -> Iterator[str]:
         thread.join(10)
         sock.close()
 
+
+def drive(adapter, jobs: list[tuple[int, object]]) -> list[torch.Tensor]:
+    """Prefill/step an adapter like the engine; job i = (step at which it joins, request). -> codes (Q, T) per job,
+    all its steps' frames joined. A request ends on ``final`` or when its frames reach its bound, as in the engine."""
+    running: dict[int, object] = {}
+    got: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(jobs))}
+    bounds = [r.params.max_frames or adapter.frame_bound(r) for _, r in jobs]
+    done: set[int] = set()
+    step = 0
+    while len(done) < len(jobs):
+        for i, (at, req) in enumerate(jobs):
+            if at == step:
+                running[i] = adapter.prefill([req], [req.params.seed])[0]
+        if running:
+            order = list(running)
+            for i, out in zip(order, adapter.step([running[i] for i in order])):
+                got[i].append(out.codes)
+                if out.final or sum(c.shape[1] for c in got[i]) >= bounds[i]:
+                    done.add(i)
+                    adapter.release(running.pop(i))
+        step += 1
+    return [torch.cat(got[i], dim=1) for i in range(len(jobs))]

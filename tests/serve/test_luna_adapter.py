@@ -22,6 +22,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from checkpoint_testing import write_tiny_luna
+from serve_testing import drive
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
 from duet.luna.data import encode_text
@@ -96,25 +97,6 @@ def recording(adapter, monkeypatch) -> dict[str, torch.Tensor]:
 
     monkeypatch.setattr(adapter, "step", recorded)
     return finals
-
-
-def drive(adapter, jobs: list[tuple[int, SynthesisRequest]]) -> list[torch.Tensor]:
-    """Prefill/step like the engine; job i = (step at which it joins, request). -> final codes (Q, T) per job."""
-    running: dict[int, object] = {}
-    done: dict[int, torch.Tensor] = {}
-    step = 0
-    while len(done) < len(jobs):
-        for i, (at, req) in enumerate(jobs):
-            if at == step:
-                running[i] = adapter.prefill([req], [req.params.seed])[0]
-        if running:
-            order = list(running)
-            for i, out in zip(order, adapter.step([running[i] for i in order])):
-                if out.final:
-                    done[i] = out.codes
-                    adapter.release(running.pop(i))
-        step += 1
-    return [done[i] for i in range(len(jobs))]
 
 
 def test_is_a_model_adapter_and_the_cli_knows_it(adapter):

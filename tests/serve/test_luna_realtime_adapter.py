@@ -26,6 +26,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from checkpoint_testing import write_tiny_luna_realtime
+from serve_testing import drive
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
 from duet.luna.data import encode_text
@@ -94,29 +95,6 @@ def recording(adapter, monkeypatch) -> dict[str, list[tuple[int, torch.Tensor, b
 
 def codes_of(log, text: str) -> torch.Tensor:
     return torch.cat([codes for _, codes, _ in log[text]], dim=1)  # (Q, T)
-
-
-def drive(adapter, jobs: list[tuple[int, SynthesisRequest]]) -> list[torch.Tensor]:
-    """Prefill/step like the engine; job i = (step at which it joins, request). -> codes (Q, T) per job. A request
-    ends on ``final`` or when its frames reach its bound, as in the engine."""
-    running: dict[int, object] = {}
-    got: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(jobs))}
-    bounds = [r.params.max_frames or adapter.frame_bound(r) for _, r in jobs]
-    done: set[int] = set()
-    step = 0
-    while len(done) < len(jobs):
-        for i, (at, req) in enumerate(jobs):
-            if at == step:
-                running[i] = adapter.prefill([req], [req.params.seed])[0]
-        if running:
-            order = list(running)
-            for i, out in zip(order, adapter.step([running[i] for i in order])):
-                got[i].append(out.codes)
-                if out.final or sum(c.shape[1] for c in got[i]) >= bounds[i]:
-                    done.add(i)
-                    adapter.release(running.pop(i))
-        step += 1
-    return [torch.cat(got[i], dim=1) for i in range(len(jobs))]
 
 
 def test_is_a_model_adapter_and_the_cli_knows_it(adapter):

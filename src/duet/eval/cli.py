@@ -62,7 +62,8 @@ def _register_sets_and_runs(evsub) -> None:
     )
     build.add_argument("--manifest", type=Path, default=None, help="corpus manifest (JSONL; clone and short)")
     build.add_argument("--kind", required=True, choices=("clone", "short", "words"))
-    build.add_argument("--words", default=None, help="word list for --kind words without --manifest (default /usr/share/dict/words)")
+    build.add_argument("--words", default=None,
+                       help="word list for --kind words without --manifest (default /usr/share/dict/words)")
     build.add_argument("--out", required=True, type=Path, help="directory for meta.lst")
     build.add_argument("--split", default="test")
     build.add_argument("--language", default="en")

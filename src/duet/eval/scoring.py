@@ -234,8 +234,8 @@ def summarize(rows: Iterable[dict]) -> dict[str, Any]:
     rows = list(rows)
     out: dict[str, Any] = {"utterances": len(rows), "audio_s": sum(r["duration_s"] for r in rows)}
     out["counts"] = {}  # utterances behind each mean (fewer than "utterances" where a metric failed)
-    for key in ("wer", "cer", "sim", "sim_other", "dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak", "dnsmos_p808", "pesq", "stoi",
-                "mcd"):
+    for key in ("wer", "cer", "sim", "sim_other", "dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak", "dnsmos_p808", "pesq",
+                "stoi", "mcd"):
         values = _values(rows, key)
         out[key], out["counts"][key] = _mean(values), len(values)
     for key, errors, ref in (("wer", "wer_errors", "ref_words"), ("cer", "cer_errors", "ref_chars")):

@@ -45,7 +45,8 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="Luna only: refinement steps (default 32; 16, 8 faster; Realtime: per block, default 8)")
     p.add_argument("--speed", type=float, default=None, help="Luna only: speaking rate (1 as predicted, 2 faster)")
-    p.add_argument("--prompt", default=None, help="Luna only: a reference clip whose voice to clone (with --prompt-text)")
+    p.add_argument("--prompt", default=None,
+                   help="Luna only: a reference clip whose voice to clone (with --prompt-text)")
     p.add_argument("--prompt-text", default=None, help="what the --prompt clip says")
     p.set_defaults(func=run_speak)
 

@@ -41,7 +41,8 @@ FORMAT_VERSION = 1
 
 @dataclass
 class LoadedLuna:
-    bundle: LunaBundle  # eval mode, float32: .acoustic (LunaModel) and .duration (DurationPredictor)
+    # eval mode, float32: .acoustic (LunaModel, or LunaRealtime for "luna-realtime") and .duration (DurationPredictor)
+    bundle: LunaBundle | RealtimeBundle
     tokenizer: Any  # transformers PreTrainedTokenizerFast with duet's service tokens
     codec: dict[str, Any]  # {"name": ..., "frame_rate": ...}
     info: dict[str, Any]
@@ -57,17 +58,8 @@ def save_luna(bundle: LunaBundle, tokenizer_file: str | Path, out_dir: str | Pat
 
 def load_luna(path: str | Path, device: str | torch.device = "cpu") -> LoadedLuna:
     """A model ready for inference from a directory written by :func:`save_luna`."""
-    return _load(path, TYPE, "Luna", LoadedLuna, device, lambda meta: LunaBundle(
+    return _load(path, TYPE, "Luna", device, lambda meta: LunaBundle(
         LunaConfig.from_dict(meta["config"]), DurationConfig.from_dict(meta["duration"])))
-
-
-@dataclass
-class LoadedRealtime:
-    bundle: RealtimeBundle  # eval mode, float32: .acoustic (LunaRealtime) and .duration (DurationPredictor)
-    tokenizer: Any
-    codec: dict[str, Any]
-    info: dict[str, Any]
-    path: Path
 
 
 def save_luna_realtime(bundle: RealtimeBundle, tokenizer_file: str | Path, out_dir: str | Path, *,
@@ -84,15 +76,15 @@ def _save(kind: str, bundle: LunaBundle | RealtimeBundle, tokenizer_file: str | 
     return write_shipped(out_dir, kind, FORMAT_VERSION, bundle.state_dict(), tokenizer_file, body, dtype)
 
 
-def load_luna_realtime(path: str | Path, device: str | torch.device = "cpu") -> LoadedRealtime:
+def load_luna_realtime(path: str | Path, device: str | torch.device = "cpu") -> LoadedLuna:
     """A Realtime model ready for streaming from a directory written by :func:`save_luna_realtime`."""
-    return _load(path, REALTIME_TYPE, "Luna Realtime", LoadedRealtime, device, lambda meta: RealtimeBundle(
+    return _load(path, REALTIME_TYPE, "Luna Realtime", device, lambda meta: RealtimeBundle(
         RealtimeConfig.from_dict(meta["config"]), DurationConfig.from_dict(meta["duration"])))
 
 
-def _load(path: str | Path, kind: str, family: str, loaded: type, device: str | torch.device,
-          build: Callable[[dict[str, Any]], torch.nn.Module]):
-    """read_shipped -> ``build(config.json)`` -> strict weights -> tokenizer check -> ``loaded(...)``."""
+def _load(path: str | Path, kind: str, family: str, device: str | torch.device,
+          build: Callable[[dict[str, Any]], torch.nn.Module]) -> LoadedLuna:
+    """read_shipped -> ``build(config.json)`` -> strict weights -> tokenizer check -> ``LoadedLuna``."""
     path = Path(path)
     meta, weights, tokenizer = read_shipped(path, kind, FORMAT_VERSION, family)
     bundle = build(meta)
@@ -100,4 +92,4 @@ def _load(path: str | Path, kind: str, family: str, loaded: type, device: str | 
     rows = bundle.duration.config.backbone.vocab_size  # the acoustic model reads the same ids (bundle checks)
     if len(tokenizer) > rows:
         raise DuetError(f"{path}: the tokenizer has {len(tokenizer)} ids, the model's text embedding only {rows} rows")
-    return loaded(bundle.to(device).eval(), tokenizer, meta.get("codec", {}), meta.get("info", {}), path)
+    return LoadedLuna(bundle.to(device).eval(), tokenizer, meta.get("codec", {}), meta.get("info", {}), path)

@@ -36,7 +36,7 @@ import torch
 
 from duet.errors import DuetError
 from duet.luna.data import encode_text
-from duet.luna.shipped import LoadedRealtime, load_luna_realtime
+from duet.luna.shipped import LoadedLuna, load_luna_realtime
 from duet.luna.stream import END_OF_SPEECH, StreamChunk, StreamConfig, stream_speech
 from duet.text.sentences import split_sentences
 from duet.tts.luna import check_codec
@@ -64,7 +64,7 @@ class RealtimeSpeaker:
 
     voices = ("default",)
 
-    def __init__(self, loaded: LoadedRealtime, codec, config: RealtimeSpeakConfig = RealtimeSpeakConfig()):
+    def __init__(self, loaded: LoadedLuna, codec, config: RealtimeSpeakConfig = RealtimeSpeakConfig()):
         self.model = loaded.bundle.acoustic
         self.duration = loaded.bundle.duration
         self.tokenizer = loaded.tokenizer

@@ -49,12 +49,33 @@ LENGTH = "length"  # the piece has the length the duration predictor gave it
 BOUND = "bound"  # the length was capped at max_frames (or the model's positions)
 
 
-def check_codec(name: str, cfg, codec) -> None:
-    """A Luna grid of Q codebooks x K codes (``LunaConfig``) needs a codec of exactly that shape."""
-    want = (cfg.codebook_size,) * cfg.num_codebooks
-    if tuple(codec.codebook_sizes) != want:
-        raise DuetError(f"{name} needs a codec of {cfg.num_codebooks} codebooks x {cfg.codebook_size}; "
-                        f"{codec} has {tuple(codec.codebook_sizes)}")
+def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
+    """The codec ``codec`` names, else the one the checkpoint names, else duet-rvq."""
+    from duet.codecs import load as load_codec
+
+    return load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device)
+
+
+class LunaFamilySpeaker:
+    """What both Luna speakers hold: the acoustic model, duration predictor, tokenizer, codec and speak config.
+
+    ``grid`` is the model's ``LunaConfig`` (Q codebooks x K codes); the codec must have exactly that shape.
+    """
+
+    voices = ("default",)
+
+    def __init__(self, loaded: LoadedLuna, codec, config, grid) -> None:
+        self.model = loaded.bundle.acoustic
+        self.duration = loaded.bundle.duration
+        self.tokenizer = loaded.tokenizer
+        self.codec = codec
+        self.config = config
+        self.name = loaded.path.name
+        self.sample_rate = codec.sample_rate
+        want = (grid.codebook_size,) * grid.num_codebooks
+        if tuple(codec.codebook_sizes) != want:
+            raise DuetError(f"{self.name} needs a codec of {grid.num_codebooks} codebooks x {grid.codebook_size}; "
+                            f"{codec} has {tuple(codec.codebook_sizes)}")
 
 
 @dataclass(frozen=True)
@@ -78,27 +99,16 @@ class VoicePrompt:
     pace: float  # the clip's frames / the duration predictor's frames for ``text``, clipped to ``pace_range``
 
 
-class LunaSpeaker:
+class LunaSpeaker(LunaFamilySpeaker):
     """A loaded Luna model (acoustic model + duration predictor) with its codec."""
 
-    voices = ("default",)
-
     def __init__(self, loaded: LoadedLuna, codec, config: LunaSpeakConfig = LunaSpeakConfig()):
-        self.model = loaded.bundle.acoustic
-        self.duration = loaded.bundle.duration
-        self.tokenizer = loaded.tokenizer
-        self.codec = codec
-        self.config = config
-        self.name = loaded.path.name
-        self.sample_rate = codec.sample_rate
-        check_codec(self.name, self.model.config, codec)
+        super().__init__(loaded, codec, config, loaded.bundle.acoustic.config)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu") -> "LunaSpeaker":
-        from duet.codecs import load as load_codec
-
         loaded = load_luna(path, device=device)
-        return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device))
+        return cls(loaded, codec_of(loaded, codec, device))
 
     # ---- checks (eager: before any decoding) ------------------------------------------------------------------
     def _check(self, text: str, voice: str | None, steps: int | None, speed: float | None, temperature: float | None,

@@ -39,7 +39,7 @@ from duet.luna.data import encode_text
 from duet.luna.shipped import LoadedLuna, load_luna_realtime
 from duet.luna.stream import END_OF_SPEECH, StreamChunk, StreamConfig, stream_speech
 from duet.text.sentences import split_sentences
-from duet.tts.luna import check_codec
+from duet.tts.luna import LunaFamilySpeaker, codec_of
 from duet.tts.speech import Speech
 
 STOP = "stop"  # the end head ended the piece (Speech.ended, as Gepard's stop head)
@@ -59,28 +59,17 @@ class RealtimeSpeakConfig:
             raise DuetError(f"bound_factor must be positive or None, got {self.bound_factor}")
 
 
-class RealtimeSpeaker:
+class RealtimeSpeaker(LunaFamilySpeaker):
     """A loaded Luna Realtime model (``LunaRealtime`` + frozen duration predictor) with its causal codec."""
 
-    voices = ("default",)
-
     def __init__(self, loaded: LoadedLuna, codec, config: RealtimeSpeakConfig = RealtimeSpeakConfig()):
-        self.model = loaded.bundle.acoustic
-        self.duration = loaded.bundle.duration
-        self.tokenizer = loaded.tokenizer
-        self.codec = codec
-        self.config = config
-        self.name = loaded.path.name
-        self.sample_rate = codec.sample_rate
-        check_codec(self.name, self.model.config.luna, codec)
+        super().__init__(loaded, codec, config, loaded.bundle.acoustic.config.luna)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu",
                         config: RealtimeSpeakConfig = RealtimeSpeakConfig()) -> "RealtimeSpeaker":
-        from duet.codecs import load as load_codec
-
         loaded = load_luna_realtime(path, device=device)
-        return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device), config)
+        return cls(loaded, codec_of(loaded, codec, device), config)
 
     @property
     def block_size(self) -> int:

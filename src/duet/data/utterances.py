@@ -65,11 +65,17 @@ def training_texts(manifest: str | Path, cfg: TextSelection) -> list[str]:
 
 
 def train_tokenizer(manifest: str | Path, out_path: str | Path, cfg: TextSelection, vocab_size: int = 2048,
-                    lowercase: bool = False) -> Path:
-    """Train duet's byte-level BPE (``duet.text.bpe``) on the training texts and save ``tokenizer.json``."""
+                    lowercase: bool = False, phonemes: str | None = None) -> Path:
+    """Train duet's byte-level BPE (``duet.text.bpe``) on the training texts and save ``tokenizer.json``;
+    with ``phonemes`` (an espeak-ng voice) on their IPA, marked as a phoneme tokenizer (``duet.text.phonemes``)."""
     from duet.text.bpe import BPEConfig, save_bpe, train_bpe
 
     texts = training_texts(manifest, cfg)
     if not texts:
         raise DuetError(f"no training texts in {manifest} to train a tokenizer on")
-    return save_bpe(train_bpe(texts, BPEConfig(vocab_size=vocab_size, lowercase=lowercase)), out_path)
+    if phonemes is None:
+        return save_bpe(train_bpe(texts, BPEConfig(vocab_size=vocab_size, lowercase=lowercase)), out_path)
+    from duet.text.phonemes import mark, phonemize_many
+
+    tok = train_bpe(phonemize_many(texts, phonemes), BPEConfig(vocab_size=vocab_size))
+    return save_bpe(mark(tok, phonemes), out_path)

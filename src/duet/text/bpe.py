@@ -84,12 +84,21 @@ def save_bpe(tokenizer, path: str | os.PathLike) -> Path:
 
 
 def load_bpe(path: str | os.PathLike):
-    """A saved duet BPE as a ``PreTrainedTokenizerFast`` (the same interface as ``load_qwen3_tokenizer``)."""
+    """A saved duet BPE as a ``PreTrainedTokenizerFast`` (the same interface as ``load_qwen3_tokenizer``); a phoneme
+    BPE (``duet.text.phonemes``) as its ``PhonemeTokenizer`` subclass."""
+    import json
+
     from transformers import PreTrainedTokenizerFast
+
+    from duet.text.phonemes import marked_voice, phoneme_tokenizer_class
 
     path = Path(path)
     if not path.is_file():
         raise DuetError(f"no tokenizer file at {path}")
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(path), pad_token=PAD, clean_up_tokenization_spaces=False)
+    voice = marked_voice(json.loads(path.read_text(encoding="utf-8")))
+    cls = PreTrainedTokenizerFast if voice is None else phoneme_tokenizer_class()
+    tok = cls(tokenizer_file=str(path), pad_token=PAD, clean_up_tokenization_spaces=False)
+    if voice is not None:
+        tok.voice = voice  # a phoneme tokenizer (duet.text.phonemes): encode() runs espeak-ng with this voice
     service_ids(tok)  # raises a clear DuetError for a tokenizer.json that duet did not train
     return tok

@@ -26,10 +26,12 @@ from typing import Any, Callable, TypeVar
 
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
+from duet.text.phonemes import DEFAULT_VOICE
 from duet.train.checkpoint import latest_checkpoint, read_state
 from duet.train.loop import BEST, LoopResult
 
 TRAIN_BPE = "train-bpe"
+TRAIN_PHONEME_BPE = "train-phoneme-bpe"  # the same BPE over espeak-ng's IPA of the texts (duet.text.phonemes)
 QWEN3 = "qwen3"
 
 # Loop fields a resumed run may change: they steer logging, saving and stopping, not the steps already taken
@@ -81,6 +83,10 @@ def prepare_tokenizer(spec: str | None, run_dir: Path, cfg: Any, resume: bool) -
     if spec == TRAIN_BPE:
         print(f"training a {cfg.bpe_vocab}-entry BPE on the training texts of {cfg.manifest}", file=sys.stderr)
         return train_tokenizer(cfg.manifest, target, cfg.data, vocab_size=cfg.bpe_vocab)
+    if spec == TRAIN_PHONEME_BPE:
+        print(f"training a {cfg.bpe_vocab}-entry BPE on espeak-ng IPA of the training texts of {cfg.manifest}",
+              file=sys.stderr)
+        return train_tokenizer(cfg.manifest, target, cfg.data, vocab_size=cfg.bpe_vocab, phonemes=DEFAULT_VOICE)
     if spec == QWEN3:
         from duet.text import get_tokenizer
 
@@ -89,7 +95,8 @@ def prepare_tokenizer(spec: str | None, run_dir: Path, cfg: Any, resume: bool) -
     source = Path(spec)
     source = source / "tokenizer.json" if source.is_dir() else source
     if not source.is_file():
-        raise DuetError(f"no tokenizer at {spec}: give a tokenizer.json, {QWEN3!r} or {TRAIN_BPE!r}")
+        raise DuetError(f"no tokenizer at {spec}: give a tokenizer.json, {QWEN3!r}, {TRAIN_BPE!r} or "
+                       f"{TRAIN_PHONEME_BPE!r}")
     shutil.copyfile(source, target)
     return target
 
@@ -135,7 +142,8 @@ def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_exa
     p.add_argument("--manifest", default=None, help="manifest.jsonl (default: the one the shards name)")
     if tokenizer:
         p.add_argument("--tokenizer", default=None,
-                       help=f"{TRAIN_BPE} (default), {QWEN3}, or a tokenizer.json; copied into the run directory")
+                       help=f"{TRAIN_BPE} (default), {TRAIN_PHONEME_BPE} (phoneme input: espeak-ng IPA), {QWEN3}, "
+                            "or a tokenizer.json; copied into the run directory")
         p.add_argument("--bpe-vocab", type=int, default=None, help="BPE bytes + merges for train-bpe (default 2048)")
     p.add_argument("--out", required=True, help=f"run directory, e.g. {out_example}")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")

@@ -34,12 +34,26 @@ _SERVICE_RE = re.compile("(" + "|".join(re.escape(t) for t in SERVICE_TOKENS) + 
 _PUNCT_RE = re.compile(r"([.,;:!?\u2026]+)")
 
 
+@functools.cache
+def _voices(exe: str) -> frozenset[str]:
+    """The voice names espeak-ng knows: its languages (en-us) and voice files (gmw/en and en)."""
+    out = subprocess.run([exe, "--voices"], capture_output=True, text=True, check=False).stdout
+    names = set()
+    for line in out.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) >= 5:
+            names.update((cols[1], cols[4], cols[4].rsplit("/", 1)[-1]))
+    return frozenset(names)
+
+
 def _espeak(pieces: Sequence[str], voice: str) -> list[str]:
     """IPA of each piece (no punctuation inside), in one espeak-ng run; pieces are paragraphs, so its output
     has one blank-line-separated block per piece (a piece espeak splits itself comes back on several lines)."""
     exe = shutil.which("espeak-ng")
     if exe is None:
         raise DuetError("phoneme input needs the espeak-ng program: apt-get install espeak-ng (install.sh does)")
+    if voice not in _voices(exe):  # espeak-ng itself falls back to another voice without a word
+        raise DuetError(f"espeak-ng has no voice {voice!r} (see espeak-ng --voices)")
     proc = subprocess.run([exe, "-q", "--ipa", "-v", voice], input="\n\n".join(pieces) + "\n",
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:

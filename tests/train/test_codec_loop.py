@@ -34,7 +34,7 @@ def _crops(cfg):
     return AudioCrops(_clips(sr), sr), AudioCrops(_clips(sr, n=2, seed=1), sr)
 
 
-@pytest.mark.parametrize("name", ["fsq", "rvq", "fsq-tiny", "rvq-tiny"])
+@pytest.mark.parametrize("name", ["fsq", "rvq", "rvq-decoder", "fsq-tiny", "rvq-tiny"])
 def test_presets_build_and_round_trip_json(name):
     cfg = preset(name)
     assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
@@ -145,3 +145,25 @@ def test_init_from_a_shipped_codec_starts_from_its_weights(tmp_path):
     torch.testing.assert_close(trainer.ema.shadow.state_dict()[key], shipped[key])
     with pytest.raises(DuetError, match="different model config"):
         CodecTrainer(preset("rvq-tiny"), train).init_from(tmp_path / "shipped")
+
+
+def test_decoder_only_fine_tune_changes_the_decoder_alone(tmp_path):
+    """Encoder and quantiser (weights and EMA codebook buffers) stay bit-identical, so codes stay valid."""
+    cfg = preset("rvq-tiny")
+    train, val = _crops(cfg)
+    train_codec(cfg, None, tmp_path / "a", stop_at_step=3, crops=train, val_crops=val, progress=False)
+    export_codec(tmp_path / "a", tmp_path / "shipped")
+    before = load(tmp_path / "shipped").state_dict()
+    tuned_cfg = replace(cfg, decoder_only=True, disc_start_step=0)
+    with pytest.raises(DuetError, match="--init-from"):
+        train_codec(tuned_cfg, None, tmp_path / "x", stop_at_step=1, crops=train, progress=False)
+    train_codec(tuned_cfg, None, tmp_path / "b", stop_at_step=4, crops=train, val_crops=val, progress=False,
+                init_from=tmp_path / "shipped")
+    export_codec(tmp_path / "b", tmp_path / "tuned")
+    after = load(tmp_path / "tuned").state_dict()
+    frozen = [k for k in before if not k.startswith("decoder.")]
+    assert any(k.startswith("quantizer.") and "ema" in k for k in frozen)
+    for key in frozen:
+        assert torch.equal(before[key], after[key]), key
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("decoder."))
+    assert preset("rvq-decoder").decoder_only and preset("rvq-decoder").disc_start_step == 0

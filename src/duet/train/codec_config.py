@@ -42,6 +42,9 @@ class CodecTrainConfig:
     feature_weight: float = 2.0
     semantic_weight: float = 1.0  # RVQ only, when a teacher is given
     semantic_teacher: str | None = None  # local WavLM directory (RVQ only)
+    # Fine-tune the decoder alone (encoder and quantiser frozen, in eval mode: codes, and so every model trained
+    # on them, stay valid); with --init-from a shipped codec. The decoder then always sees all codebooks.
+    decoder_only: bool = False
     val_every: int = 500
     val_items: int = 16
     val_seconds: float = 2.0
@@ -80,6 +83,13 @@ def preset(name: str) -> CodecTrainConfig:
         from duet.codecs.rvq_codec import RVQCodecConfig
 
         return CodecTrainConfig(kind="duet-rvq", model=RVQCodecConfig(), max_steps=14_000, disc_start_step=8_000)
+    if name == "rvq-decoder":
+        from duet.codecs.rvq_codec import RVQCodecConfig
+
+        # Decoder-only adversarial fine-tune of a shipped duet-rvq (--init-from duet-rvq): the discriminators
+        # from the first step, a gentler learning rate than training from scratch.
+        return CodecTrainConfig(kind="duet-rvq", model=RVQCodecConfig(), decoder_only=True, lr=3e-4,
+                                warmup_steps=100, max_steps=4_000, disc_start_step=0)
     if name == "fsq-tiny":  # for tests: seconds per run
         from duet.codecs.fsq_codec import FSQCodecConfig
 
@@ -106,7 +116,8 @@ def preset(name: str) -> CodecTrainConfig:
                                                          seconds=0.1),
                                 loss=SpectralLossConfig(stft=((256, 64), (512, 128)),
                                                         mel=((256, 64, 20), (512, 128, 40))))
-    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, fsq-tiny, rvq-tiny or a JSON file")
+    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-decoder, fsq-tiny, rvq-tiny or "
+                    "a JSON file")
 
 
 def load_config(name_or_path: str) -> CodecTrainConfig:

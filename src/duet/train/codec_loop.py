@@ -54,7 +54,13 @@ class CodecTrainer:
         self.cfg = cfg
         self.crops = crops
         torch.manual_seed(cfg.seed)
-        self.model = registry.build(cfg.kind, cfg.model).train()
+        self.model = registry.build(cfg.kind, cfg.model)
+        self.frozen: tuple[nn.Module, ...] = ()
+        if cfg.decoder_only:
+            self.frozen = tuple(m for name, m in self.model.named_children() if name != "decoder")
+            for module in self.frozen:
+                module.requires_grad_(False)
+        self._train_mode()
         self.spectral = SpectralLoss(cfg.model.sample_rate, cfg.loss)
         self.disc = CodecDiscriminator(cfg.disc) if cfg.disc_start_step is not None else None
         self.teacher = None
@@ -63,14 +69,20 @@ class CodecTrainer:
 
             self.teacher = WavLMTeacher.from_pretrained(cfg.semantic_teacher)
             self.model.enable_semantic(self.teacher.hidden_size)
-        self.opt_g = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                       weight_decay=cfg.weight_decay)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt_g = torch.optim.AdamW(trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.ema = ModelEMA(self.model) if cfg.ema_decay else None
         self.opt_d = None
         if self.disc is not None:
             self.opt_d = torch.optim.AdamW(self.disc.parameters(), lr=cfg.disc_lr, betas=cfg.betas,
                                            weight_decay=cfg.weight_decay)
         self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
+
+    def _train_mode(self) -> None:
+        """Training mode, except the frozen encoder and quantiser (no EMA codebook updates, no quantiser dropout)."""
+        self.model.train()
+        for module in self.frozen:
+            module.eval()
 
     # ---- checkpoint plumbing --------------------------------------------------------------------------------------
     @property
@@ -170,7 +182,7 @@ class CodecTrainer:
     def validate(self, audio: torch.Tensor) -> dict[str, float]:
         """Reconstruction losses on fixed held-out crops: the live model and, if kept, the EMA weights."""
         val = validate(self.model, self.spectral, audio)
-        self.model.train()
+        self._train_mode()
         if self.ema is not None:
             val.update({f"{k}_ema": v for k, v in validate(self.ema.shadow, self.spectral, audio).items()})
         return val
@@ -219,6 +231,8 @@ def train_codec(cfg: CodecTrainConfig | None, manifest: str | Path | None, run_d
     run_dir = Path(run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
     cfg = resolve_run_config(cfg, run_dir, resume)
+    if cfg.decoder_only and ckpt is None and init_from is None:
+        raise DuetError("a decoder-only run fine-tunes a trained codec: give --init-from (e.g. duet-rvq)")
     if threads:
         torch.set_num_threads(threads)
     run_dir.mkdir(parents=True, exist_ok=True)

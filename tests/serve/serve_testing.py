@@ -15,9 +15,12 @@ from duet.serve.mock import MockAdapter, MockConfig
 from duet.serve.scheduler import SchedulerConfig
 
 
-def make_engine(mock: MockConfig = MockConfig(), script=None, **scheduler) -> tuple[Engine, MockAdapter]:
+def make_engine(mock: MockConfig = MockConfig(), script=None, chunk_frames: int = 1, max_chunk_frames: int = 16,
+                **scheduler) -> tuple[Engine, MockAdapter]:
     adapter = MockAdapter(mock, script=script)
-    return Engine(adapter, EngineConfig(scheduler=SchedulerConfig(**scheduler))), adapter
+    config = EngineConfig(scheduler=SchedulerConfig(**scheduler), chunk_frames=chunk_frames,
+                          max_chunk_frames=max_chunk_frames)
+    return Engine(adapter, config), adapter
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from duet.errors import DuetError
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest, QueueFull
@@ -42,15 +43,29 @@ def test_many_concurrent_requests_get_exactly_their_scripted_lengths():
     assert stats.steps < sum(lengths)  # requests really shared steps
 
 
+@pytest.mark.parametrize(("first", "largest", "sizes"), [
+    (1, 8, [1, 2, 4, 8, 8, 8, 8, 1]),  # doubling after the first audio, capped; the rest at the end
+    (1, 1, [1] * 40),  # every frame alone
+    (3, 16, [3, 6, 12, 16, 3]),
+])
+def test_chunks_grow_from_the_first_size_to_the_largest(first, largest, sizes):
+    engine, _ = make_engine(script=by_length, chunk_frames=first, max_chunk_frames=largest)
+    with engine:
+        chunks = list(engine.submit(req(40)))
+    assert [c.size // SPF for c in chunks] == sizes
+    with pytest.raises(DuetError):
+        make_engine(chunk_frames=4, max_chunk_frames=2)
+
+
 def test_joining_midway_changes_nobody_s_output():
     mock = MockConfig(step_delay_s=0.002)
     solo = {}
     for n, seed in ((30, 1), (12, 2), (20, 3)):
-        engine, _ = make_engine(mock, script=by_length)
+        engine, _ = make_engine(mock, script=by_length, max_chunk_frames=1)
         with engine:
             solo[seed] = engine.submit(req(n, seed)).collect()[0]
 
-    engine, _ = make_engine(mock, script=by_length, max_running=4)
+    engine, _ = make_engine(mock, script=by_length, max_running=4, max_chunk_frames=1)  # a chunk per frame
     with engine:
         first = engine.submit(req(30, 1))
         chunks = iter(first)

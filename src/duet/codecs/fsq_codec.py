@@ -168,7 +168,7 @@ class FSQCodec(nn.Module):
             return self._decode_codes(codes).clamp(-1.0, 1.0)
 
         return ContextStreamDecoder(window, left, right, self.samples_per_frame,
-                                    check=lambda c: check_codes(c, self.codebook_sizes))
+                                    check=lambda c: check_codes(c, self.codebook_sizes), batch_key=id(self))
 
     # ---- training -------------------------------------------------------------------------------------------------
     def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:

@@ -190,7 +190,8 @@ class RVQCodec(nn.Module):
         def window(codes: torch.Tensor) -> torch.Tensor:
             return self._decode_codes(codes).clamp(-1.0, 1.0)
 
-        return ContextStreamDecoder(window, self.decoder.context, 0, self.samples_per_frame, check=self.check_codes)
+        return ContextStreamDecoder(window, self.decoder.context, 0, self.samples_per_frame, check=self.check_codes,
+                                    batch_key=id(self))
 
     # ---- training -------------------------------------------------------------------------------------------------
     def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:

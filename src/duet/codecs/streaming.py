@@ -9,10 +9,16 @@ ends) gives, for a window of frames [a, b), exactly the full decode's samples of
 synchronous), re-decoding it with ``left`` frames of history. The overlap-add of an iSTFT head is covered
 because its reach is part of the receptive field. Results equal the full decode up to float rounding (different
 window lengths may pick different conv kernels); there is no cross-fade region.
+
+:func:`push_many` pushes to many streams of one codec at once (a serving engine's step): the windows of equal
+length go through ``decode_window`` as one batch, which is where a small decoder's time goes on a CPU (per-call
+overhead, not arithmetic). Streams are grouped by the ``batch_key`` their codec gave them and by window length,
+so nothing is padded and each stream's audio is what its own ``push`` would have returned.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Callable
 
 import torch
@@ -22,17 +28,21 @@ class ContextStreamDecoder:
     """Implements ``duet.codecs.base.StreamDecoder`` for any ``decode_window(codes (B,K,t)) -> audio (B, t*spf)``."""
 
     def __init__(self, decode_window: Callable[[torch.Tensor], torch.Tensor], left: int, right: int,
-                 samples_per_frame: int, check: Callable[[torch.Tensor], torch.Tensor] | None = None):
+                 samples_per_frame: int, check: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 batch_key: Hashable | None = None):
         self.decode_window = decode_window
         self.left, self.right, self.spf = left, right, samples_per_frame
         self.check = check
+        self.batch_key = batch_key  # decoders with equal keys may share one decode_window call (push_many)
         self._codes: torch.Tensor | None = None  # (B, K, t): ``left`` frames of history + frames not yet emitted
         self._history = 0  # how many leading frames of _codes are already emitted (context only)
 
-    def _emit(self, upto: int) -> torch.Tensor:
-        """Decode the buffered window and return the audio of buffered frames [history, upto)."""
+    def _emit(self, upto: int, audio: torch.Tensor | None = None) -> torch.Tensor:
+        """The audio of buffered frames [history, upto) from the buffered window's decode (``audio``, (B, t * spf),
+        when the caller decoded it already)."""
         assert self._codes is not None
-        audio = self.decode_window(self._codes)  # (B, t * spf)
+        if audio is None:
+            audio = self.decode_window(self._codes)  # (B, t * spf)
         out = audio[:, self._history * self.spf : upto * self.spf]
         # Keep at most ``left`` emitted frames as history for the next window.
         keep_from = max(0, upto - self.left)
@@ -40,15 +50,22 @@ class ContextStreamDecoder:
         self._history = upto - keep_from
         return out
 
-    def push(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes (B, K, t) -> the audio (B, s) that became final (possibly zero samples)."""
+    def _append(self, codes: torch.Tensor) -> int | None:
+        """Buffer codes (B, K, t); -> how many buffered frames are ready to emit, or None when none are new."""
         if self.check is not None:
             codes = self.check(codes)
         self._codes = codes if self._codes is None else torch.cat([self._codes, codes], dim=-1)
         ready = self._codes.shape[-1] - self.right  # frames whose whole right context has arrived
-        if ready <= self._history:
-            return self._codes.new_zeros((self._codes.shape[0], 0), dtype=torch.float32)
-        return self._emit(ready)
+        return ready if ready > self._history else None
+
+    def _nothing(self) -> torch.Tensor:
+        assert self._codes is not None
+        return self._codes.new_zeros((self._codes.shape[0], 0), dtype=torch.float32)
+
+    def push(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, K, t) -> the audio (B, s) that became final (possibly zero samples)."""
+        ready = self._append(codes)
+        return self._nothing() if ready is None else self._emit(ready)
 
     def flush(self) -> torch.Tensor:
         """The audio of every frame not yet emitted (the sequence end is known now)."""
@@ -58,3 +75,32 @@ class ContextStreamDecoder:
         out = self._emit(self._codes.shape[-1])
         self._codes, self._history = None, 0
         return out
+
+
+def push_many(decoders: Sequence, codes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``[d.push(c) for d, c in zip(decoders, codes)]`` with one ``decode_window`` call per group of streams that
+    share a ``batch_key`` and a window shape; other decoders (no key, another class) are pushed one by one."""
+    if len(decoders) != len(codes):
+        raise ValueError(f"{len(decoders)} decoders but {len(codes)} code chunks")
+    out: list[torch.Tensor | None] = [None] * len(decoders)
+    groups: dict[tuple, list[tuple[int, int]]] = {}  # (key, window shape) -> [(stream index, ready frames)]
+    for i, (dec, chunk) in enumerate(zip(decoders, codes)):
+        if not isinstance(dec, ContextStreamDecoder) or dec.batch_key is None:
+            out[i] = dec.push(chunk)
+            continue
+        ready = dec._append(chunk)
+        if ready is None:
+            out[i] = dec._nothing()
+        else:
+            assert dec._codes is not None
+            groups.setdefault((dec.batch_key, tuple(dec._codes.shape[1:])), []).append((i, ready))
+    for members in groups.values():
+        streams = [decoders[i] for i, _ in members]
+        windows = torch.cat([d._codes for d in streams])  # (sum of B, K, t)
+        audio = streams[0].decode_window(windows)  # (sum of B, t * spf)
+        row = 0
+        for (i, ready), dec in zip(members, streams):
+            b = dec._codes.shape[0]
+            out[i] = dec._emit(ready, audio[row : row + b])
+            row += b
+    return out  # type: ignore[return-value]

@@ -38,7 +38,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-batch", type=int, default=16, help="requests decoded together per step")
     p.add_argument("--max-queue", type=int, default=64, help="queued requests beyond the batch; more get 429")
     p.add_argument("--cache-budget-mib", type=float, default=2048.0, help="KV-cache budget of all running requests")
-    p.add_argument("--chunk-frames", type=int, default=1, help="frames per audio chunk sent to the client")
+    p.add_argument("--chunk-frames", type=int, default=1,
+                   help="frames per audio chunk until a request's first audio (then doubling per chunk)")
+    p.add_argument("--max-chunk-frames", type=int, default=16,
+                   help="largest audio chunk in frames (the doubling stops here; 1 sends every frame alone)")
     p.add_argument("--retry-after", type=float, default=1.0, help="seconds a refused client is told to wait")
     p.add_argument("--max-input-chars", type=int, default=4096)
     p.add_argument("--max-body-mib", type=float, default=16.0)
@@ -88,7 +91,8 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     scheduler = SchedulerConfig(max_running=args.max_batch, max_waiting=args.max_queue,
                                 cache_budget_bytes=int(args.cache_budget_mib * 1024**2), retry_after_s=args.retry_after)
-    engine = Engine(build_adapter(args), EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames))
+    engine = Engine(build_adapter(args), EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames,
+                                                      max_chunk_frames=args.max_chunk_frames))
     config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
                          max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias))
     uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level)

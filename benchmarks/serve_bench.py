@@ -2,7 +2,7 @@
 and, on request, Gepard's decode step against the memory roofline, and a soak test of one server.
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py [--streams 1 4 16] [--frames 64]
-        [--models mock gepard-tiny] [--engine builtin|vllm|both]
+        [--models mock gepard-tiny] [--engine builtin|vllm|both] [--max-chunk-frames 1 16] [--engine-threads 0 1]
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --roofline [--device cpu|cuda]
         [--roofline-dtype float32|bfloat16] [--roofline-steps 32]
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --soak 60 --soak-streams 64 [--frames 64]
@@ -19,6 +19,8 @@ random stop head never crosses), so all rows do the same work. Per stream:
 - RTF: request sent -> last byte, over the audio's duration (< 1 is faster than real time);
 - underrun: a chunk that arrived after a player that started at the first byte would have run dry;
 and for the run: aggregate x real time (all audio seconds / wall seconds) and decoded frames per second.
+``--max-chunk-frames`` and ``--engine-threads`` (several values each) sweep the engine's largest audio chunk
+(``EngineConfig.max_chunk_frames``) and the engine thread's torch threads, every combination in the same run.
 
 Models: ``mock`` (uniform logits, a toy codec: the serving stack's own overhead) and ``gepard-tiny`` with random
 weights (``duet.gepard.config.gepard_tiny``, 5.5M parameters) and the duet FSQ codec (the shipped ``duet-fsq`` if
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -104,7 +107,8 @@ def make_gepard_tiny(root: Path) -> tuple[Path, Path, str]:
         return checkpoint, save_pretrained(build("duet-fsq"), root / "codec"), "duet-fsq codec, random weights"
 
 
-def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: int, max_batch: int) -> None:
+def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: int, max_batch: int,
+                  max_chunk: int = 16, threads: int = 0) -> None:
     """The builtin-engine server process (``--_serve``)."""
     import uvicorn
 
@@ -124,15 +128,17 @@ def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: i
         loaded = load_gepard(checkpoint)
         adapter = GepardAdapter(loaded.model, load(codec), text_encoder(loaded.tokenizer),
                                 GepardServeConfig(name="gepard"))
-    engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=max_batch, max_waiting=256,
-                                                                     cache_budget_bytes=4 * 1024**3)))
+    scheduler = SchedulerConfig(max_running=max_batch, max_waiting=256, cache_budget_bytes=4 * 1024**3)
+    engine = Engine(adapter, EngineConfig(scheduler=scheduler, max_chunk_frames=max_chunk,
+                                          torch_threads=threads or None))
     uvicorn.run(create_app(engine, ServeConfig()), host="127.0.0.1", port=port, log_level="warning")
 
 
-def builtin_argv(model: str, checkpoint: Path | None, codec: Path | None, port: int, max_batch: int) -> list[str]:
+def builtin_argv(model: str, checkpoint: Path | None, codec: Path | None, port: int, max_batch: int,
+                 max_chunk: int = 16, threads: int = 0) -> list[str]:
     """The command line of a builtin-engine server process (this script with ``--_serve``)."""
     return [sys.executable, __file__, "--streams", str(max_batch), "--_serve", model, str(checkpoint), str(codec),
-            str(port)]
+            str(port), str(max_chunk), str(threads)]
 
 
 def free_port() -> int:
@@ -213,23 +219,24 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def row(engine: str, model: str, n: int, results: list[StreamResult], wall: float, frame_rate: float) -> dict:
+def row(engine: str, model: str, n: int, results: list[StreamResult], wall: float, frame_rate: float,
+        max_chunk: int, threads: int) -> dict:
     ttfa = [r.ttfa_s * 1000 for r in results]
     rtf = [r.wall_s / r.audio_s for r in results if r.audio_s > 0]
     audio = sum(r.audio_s for r in results)
-    return {"engine": engine, "model": model, "streams": n, "ttfa_p50_ms": pct(ttfa, 0.5),
+    return {"engine": engine, "model": model, "max_chunk": max_chunk, "threads": threads or "default", "streams": n, "ttfa_p50_ms": pct(ttfa, 0.5),
             "ttfa_p95_ms": pct(ttfa, 0.95), "rtf_p50": statistics.median(rtf), "rtf_p95": pct(rtf, 0.95),
             "x_realtime": audio / wall, "frames_per_s": audio * frame_rate / wall,
             "underruns": sum(r.underruns for r in results), "audio_s": audio, "wall_s": wall}
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ("engine", "model", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50", "RTF p95", "x real time",
+    head = ("engine", "model", "max chunk", "engine threads", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50", "RTF p95", "x real time",
             "frames/s", "underruns")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
-        print(f"| {r['engine']} | {r['model']} | {r['streams']} | {r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
+        print(f"| {r['engine']} | {r['model']} | {r['max_chunk']} | {r['threads']} | {r['streams']} | {r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
               f"{r['rtf_p50']:.3f} | {r['rtf_p95']:.3f} | {r['x_realtime']:.2f} | {r['frames_per_s']:.0f} | "
               f"{r['underruns']} |")
 
@@ -421,19 +428,21 @@ def run_sweep(args: argparse.Namespace, root: Path) -> list[dict]:
         for model in args.models:
             if engine == "vllm" and model == "mock":
                 continue  # vLLM serves Gepard only
-            for n in args.streams:
+            for threads, max_chunk, n in itertools.product(args.engine_threads, args.max_chunk_frames, args.streams):
                 port = free_port()
                 if engine == "builtin":
-                    argv = builtin_argv(model, checkpoint, codec, port, max_batch)
-                else:
+                    argv = builtin_argv(model, checkpoint, codec, port, max_batch, max_chunk, threads)
+                else:  # the same duet engine around vLLM's model runner, so the same chunking
                     argv = [vllm_python, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", "gepard",
                             "--checkpoint", str(checkpoint), "--codec", str(codec), "--port", str(port),
-                            "--max-batch", str(max_batch), "--log-level", "warning"]
-                server = Server(argv, port, root / f"{engine}-{model}-{n}.log")
+                            "--max-batch", str(max_batch), "--max-chunk-frames", str(max_chunk),
+                            *(["--engine-threads", str(threads)] if threads else []),
+                            "--log-level", "warning"]
+                server = Server(argv, port, root / f"{engine}-{model}-{n}-{max_chunk}-{threads}.log")
                 try:
                     frame_rate = 50.0 if model == "mock" else 22050 / 1024
                     results, wall = asyncio.run(concurrent(server, n, args.frames))
-                    rows.append(row(engine, model, n, results, wall, frame_rate))
+                    rows.append(row(engine, model, n, results, wall, frame_rate, max_chunk, threads))
                     print(f"{engine} {model} x{n}: done in {wall:.1f} s", file=sys.stderr)
                 finally:
                     server.close()
@@ -469,11 +478,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--roofline-copies", type=int, default=10, help="timed copies (median reported)")
     p.add_argument("--soak", type=float, default=0, metavar="SECONDS", help="soak one gepard-tiny server this long")
     p.add_argument("--soak-streams", type=int, default=64, help="concurrent streaming clients during --soak")
-    p.add_argument("--_serve", nargs=4, metavar=("MODEL", "CHECKPOINT", "CODEC", "PORT"), help=argparse.SUPPRESS)
+    p.add_argument("--max-chunk-frames", type=int, nargs="+", default=[16],
+                   help="builtin engine's largest audio chunk; several values sweep each (1 = a chunk per frame)")
+    p.add_argument("--engine-threads", type=int, nargs="+", default=[1],
+                   help="torch threads of the engine thread (0 = torch's default); several values sweep each")
+    p.add_argument("--_serve", nargs=6, metavar=("MODEL", "CHECKPOINT", "CODEC", "PORT", "MAX_CHUNK", "THREADS"),
+                   help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._serve:
-        model, checkpoint, codec, port = args._serve
-        serve_builtin(model, checkpoint, codec, int(port), max(args.streams))
+        model, checkpoint, codec, port, max_chunk, threads = args._serve
+        serve_builtin(model, checkpoint, codec, int(port), max(args.streams), int(max_chunk), int(threads))
         return 0
 
     sweep = not (args.roofline or args.soak > 0)  # the sweep is the default measurement, the others on request

@@ -72,3 +72,22 @@ def test_decoders_without_a_key_are_pushed_alone(codec):
     torch.testing.assert_close(out[1], codec.stream_decoder().push(b), atol=1e-5, rtol=0)
     with pytest.raises(ValueError):
         push_many([keyed], [a, b])
+
+
+def test_final_pushes_flush_in_the_same_call(codec):
+    """Streams of different lengths end on their last push (some with an empty last chunk): each stream's audio
+    is its full decode, and a finished decoder starts a new sequence cleanly."""
+    lengths = [25, 18, 31]
+    codes = [_codes(codec, n, 10 + i) for i, n in enumerate(lengths)]
+    decs = [codec.stream_decoder() for _ in lengths]
+    got: list[list[torch.Tensor]] = [[] for _ in lengths]
+    for step in range(max(lengths) + 1):
+        live = [i for i, n in enumerate(lengths) if step <= n - (i == 0)]  # stream 0 ends on a real frame
+        chunks = [codes[i][..., step : step + 1] for i in live]  # stream 1 and 2 end on an empty chunk
+        final = [step + 1 >= lengths[i] + (i != 0) for i in live]
+        for i, audio in zip(live, push_many([decs[i] for i in live], chunks, final)):
+            got[i].append(audio)
+    for i in range(len(lengths)):
+        torch.testing.assert_close(torch.cat(got[i], dim=-1), codec.decode(codes[i]).audio, atol=1e-5, rtol=0)
+    again = push_many([decs[0]], [codes[1]], [True])[0]
+    torch.testing.assert_close(again, codec.decode(codes[1]).audio, atol=1e-5, rtol=0)

@@ -50,17 +50,21 @@ class ContextStreamDecoder:
         self._history = upto - keep_from
         return out
 
-    def _append(self, codes: torch.Tensor) -> int | None:
-        """Buffer codes (B, K, t); -> how many buffered frames are ready to emit, or None when none are new."""
-        if self.check is not None:
+    def _append(self, codes: torch.Tensor, final: bool = False) -> int | None:
+        """Buffer codes (B, K, t); -> how many buffered frames are ready to emit (all of them when ``final``: the
+        sequence ends with these codes), or None when none are new."""
+        if self.check is not None and codes.shape[-1]:
             codes = self.check(codes)
         self._codes = codes if self._codes is None else torch.cat([self._codes, codes], dim=-1)
-        ready = self._codes.shape[-1] - self.right  # frames whose whole right context has arrived
+        ready = self._codes.shape[-1] - (0 if final else self.right)  # frames whose right context is known
         return ready if ready > self._history else None
 
     def _nothing(self) -> torch.Tensor:
-        assert self._codes is not None
-        return self._codes.new_zeros((self._codes.shape[0], 0), dtype=torch.float32)
+        batch = 1 if self._codes is None else self._codes.shape[0]
+        return torch.zeros(batch, 0)
+
+    def _reset(self) -> None:
+        self._codes, self._history = None, 0
 
     def push(self, codes: torch.Tensor) -> torch.Tensor:
         """codes (B, K, t) -> the audio (B, s) that became final (possibly zero samples)."""
@@ -70,27 +74,34 @@ class ContextStreamDecoder:
     def flush(self) -> torch.Tensor:
         """The audio of every frame not yet emitted (the sequence end is known now)."""
         if self._codes is None or self._codes.shape[-1] == self._history:
-            batch = 1 if self._codes is None else self._codes.shape[0]
-            return torch.zeros(batch, 0)
-        out = self._emit(self._codes.shape[-1])
-        self._codes, self._history = None, 0
+            out = self._nothing()
+        else:
+            out = self._emit(self._codes.shape[-1])
+        self._reset()
         return out
 
 
-def push_many(decoders: Sequence, codes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """``[d.push(c) for d, c in zip(decoders, codes)]`` with one ``decode_window`` call per group of streams that
-    share a ``batch_key`` and a window shape; other decoders (no key, another class) are pushed one by one."""
-    if len(decoders) != len(codes):
-        raise ValueError(f"{len(decoders)} decoders but {len(codes)} code chunks")
+def push_many(decoders: Sequence, codes: Sequence[torch.Tensor],
+              final: Sequence[bool] | None = None) -> list[torch.Tensor]:
+    """``[d.push(c) for d, c in zip(decoders, codes)]``, where ``final[i]`` makes stream i's entry
+    ``push(c)`` + ``flush()`` (its sequence ends with these codes; one decode, not two), with one ``decode_window``
+    call per group of streams that share a ``batch_key`` and a window shape; other decoders (no key, another
+    class) are pushed one by one."""
+    final = [False] * len(decoders) if final is None else list(final)
+    if not len(decoders) == len(codes) == len(final):
+        raise ValueError(f"{len(decoders)} decoders, {len(codes)} code chunks and {len(final)} final flags")
     out: list[torch.Tensor | None] = [None] * len(decoders)
-    groups: dict[tuple, list[tuple[int, int]]] = {}  # (key, window shape) -> [(stream index, ready frames)]
-    for i, (dec, chunk) in enumerate(zip(decoders, codes)):
+    groups: dict[tuple, list[tuple[int, int]]] = {}  # (key, window shape) -> [(stream index, frames to emit)]
+    for i, (dec, chunk, end) in enumerate(zip(decoders, codes, final)):
         if not isinstance(dec, ContextStreamDecoder) or dec.batch_key is None:
-            out[i] = dec.push(chunk)
+            audio = dec.push(chunk)
+            out[i] = torch.cat([audio, dec.flush()], dim=-1) if end else audio
             continue
-        ready = dec._append(chunk)
+        ready = dec._append(chunk, final=end)
         if ready is None:
             out[i] = dec._nothing()
+            if end:
+                dec._reset()
         else:
             assert dec._codes is not None
             groups.setdefault((dec.batch_key, tuple(dec._codes.shape[1:])), []).append((i, ready))
@@ -103,4 +114,6 @@ def push_many(decoders: Sequence, codes: Sequence[torch.Tensor]) -> list[torch.T
             b = dec._codes.shape[0]
             out[i] = dec._emit(ready, audio[row : row + b])
             row += b
+            if final[i]:
+                dec._reset()
     return out  # type: ignore[return-value]

@@ -42,6 +42,8 @@ def register(subparsers) -> None:
                    help="frames per audio chunk until a request's first audio (then doubling per chunk)")
     p.add_argument("--max-chunk-frames", type=int, default=16,
                    help="largest audio chunk in frames (the doubling stops here; 1 sends every frame alone)")
+    p.add_argument("--engine-threads", type=int, default=1,
+                   help="torch threads of the engine thread (0: torch's default; 1 is fastest on small CPUs)")
     p.add_argument("--retry-after", type=float, default=1.0, help="seconds a refused client is told to wait")
     p.add_argument("--max-input-chars", type=int, default=4096)
     p.add_argument("--max-body-mib", type=float, default=16.0)
@@ -92,7 +94,8 @@ def run_serve(args: argparse.Namespace) -> int:
     scheduler = SchedulerConfig(max_running=args.max_batch, max_waiting=args.max_queue,
                                 cache_budget_bytes=int(args.cache_budget_mib * 1024**2), retry_after_s=args.retry_after)
     engine = Engine(build_adapter(args), EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames,
-                                                      max_chunk_frames=args.max_chunk_frames))
+                                                      max_chunk_frames=args.max_chunk_frames,
+                                                      torch_threads=args.engine_threads or None))
     config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
                          max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias))
     uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level)

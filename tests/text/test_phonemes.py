@@ -70,3 +70,21 @@ def test_encode_phonemises_first_and_the_marker_changes_no_id(trained):
         assert phon_tok(text, add_special_tokens=False)["input_ids"] == want
     laugh = phon_tok.convert_tokens_to_ids("[laughter]")
     assert laugh in phon_tok.encode("Well [laughter] no!", add_special_tokens=False)  # one id, not IPA
+
+
+def test_offsets_index_the_surface_string(trained):
+    """Luna's duration weights count characters through token offsets: for a phoneme tokenizer those offsets
+    are into the IPA (``surface``), and the tokens' spans rebuild it."""
+    from duet.luna.data import token_weights
+    from duet.text.phonemes import surface
+
+    plain, marked = trained
+    text = "Hello there, my friend."
+    assert surface(load_bpe(plain), text) == text
+    tok = load_bpe(marked)
+    ipa = surface(tok, text)
+    assert ipa == phonemize(text)
+    enc = tok([text], add_special_tokens=False, return_offsets_mapping=True)
+    offsets = enc["offset_mapping"][0]
+    assert "".join(ipa[a:b] for a, b in offsets).replace(" ", "") == ipa.replace(" ", "")
+    assert sum(token_weights(ipa, offsets)) == sum(not ch.isspace() for ch in ipa)

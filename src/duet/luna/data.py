@@ -47,6 +47,7 @@ from duet.luna.bundle import LunaBatch
 from duet.luna.config import LunaConfig
 from duet.luna.duration import spread_frames
 from duet.luna.model import collate, pad_right
+from duet.text.phonemes import surface
 from duet.text.tokens import service_ids
 
 
@@ -155,7 +156,7 @@ class LunaData:
                    if chosen else {"input_ids": [], "offset_mapping": []})
         items = []
         for (u, text), ids, offsets in zip(chosen, encoded["input_ids"], encoded["offset_mapping"]):
-            weights = tuple(token_weights(text, offsets))
+            weights = tuple(token_weights(surface(tokenizer, text), offsets))  # offsets index the IPA, if phonemes
             item = _Item(u.id, text, tuple(ids), weights, shards.frames(u.id))
             if item.frames > cfg.max_frames or item.positions > max_positions or item.frames < 1:
                 dropped["too_long"] += 1

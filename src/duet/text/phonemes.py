@@ -105,6 +105,12 @@ def phonemize(text: str, voice: str = DEFAULT_VOICE) -> str:
     return phonemize_many([text], voice)[0]
 
 
+def surface(tokenizer, text: str) -> str:
+    """The string a tokenizer's ids (and offsets) index for ``text``: its IPA for a phoneme tokenizer, else itself."""
+    voice = getattr(tokenizer, "voice", None) if isinstance(tokenizer, phoneme_tokenizer_class()) else None
+    return text if voice is None else phonemize(text, voice)
+
+
 def mark(tokenizer, voice: str = DEFAULT_VOICE):
     """Make a ``tokenizers.Tokenizer`` trained on IPA a phoneme tokenizer (its normaliser carries the marker)."""
     from tokenizers import normalizers

@@ -18,10 +18,9 @@ import json
 import statistics
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from duet.audio import load_audio, save_audio

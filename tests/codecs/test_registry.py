@@ -1,7 +1,6 @@
 """Loading codecs by name and directory, the shipped checkpoints themselves, and the `duet codec` commands."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

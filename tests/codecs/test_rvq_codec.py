@@ -3,7 +3,6 @@ bad input, save/load, and the semantic-distillation path with a randomly initial
 
 import math
 
-import numpy as np
 import pytest
 import torch
 

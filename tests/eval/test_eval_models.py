@@ -126,3 +126,11 @@ def test_cli_build_run_compare_ground_truth(espeak, tmp_path, capsys):
     assert cli("compare", str(tmp_path / "gt"), "--out", str(tmp_path / "cmp.md")) == 0
     out = capsys.readouterr().out
     assert "| ground-truth | 2 |" in out and (tmp_path / "cmp.md").read_text().startswith("set `set`")
+
+
+def test_cli_build_set_without_a_manifest_is_one_line(tmp_path, capsys):
+    from duet.cli import main
+
+    assert main(["eval", "build-set", "--kind", "clone", "--out", str(tmp_path / "set")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--manifest" in err[0]

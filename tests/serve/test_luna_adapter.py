@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest

@@ -7,6 +7,8 @@ text the same way whichever model speaks it:
   pass through as written (the normaliser is English-only);
 - ``select_utterances``: one split, optionally only some languages, optionally a fixed subset spread over speakers
   (validation: the first ``limit`` in id-hash order);
+- ``coded_texts``: a split's utterances that have codes and something to say, with their prepared text, and
+  :class:`SplitFacts`, the counts and summary every family's split data reports;
 - ``train_tokenizer``: duet's byte-level BPE trained on the prepared training texts.
 
 A data config passes as anything with ``languages`` and ``normalize`` fields (:class:`TextSelection`), which every
@@ -57,6 +59,49 @@ def select_utterances(manifest: str | Path | Sequence[Utterance], split: str,
         keep = [u for u in keep if any(u.language == lang or u.language.startswith(lang + "-")
                                        for lang in cfg.languages)]
     return keep
+
+
+def coded_texts(manifest: str | Path | Sequence[Utterance], split: str, cfg: TextSelection, has_codes,
+                ordered: bool = False) -> tuple[list[tuple[Utterance, str]], dict[str, int]]:
+    """Utterances of ``split`` with codes (``u.id in has_codes``) and non-empty prepared text -> ([(utterance,
+    text)], counts left out by reason: ``no_codes``, ``empty_text``, and ``too_long`` at 0 for the caller's length
+    checks). ``ordered``: in :func:`hash_order` (a fixed subset's order), else the manifest's."""
+    utts = select_utterances(manifest, split, cfg)
+    if ordered:
+        utts = hash_order(utts)
+    dropped = {"no_codes": 0, "too_long": 0, "empty_text": 0}
+    chosen: list[tuple[Utterance, str]] = []
+    for u in utts:
+        if u.id not in has_codes:
+            dropped["no_codes"] += 1
+            continue
+        text = prepare_text(u, cfg)
+        if not text:
+            dropped["empty_text"] += 1
+            continue
+        chosen.append((u, text))
+    return chosen, dropped
+
+
+class SplitFacts:
+    """Size and summary of one split's training items (each with ``frames``); ``frame_rate`` may be None."""
+
+    items: list
+    frame_rate: float | None
+    dropped: dict[str, int]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def frames(self) -> int:
+        return sum(it.frames for it in self.items)
+
+    def summary(self) -> str:
+        hours = f", {self.frames / self.frame_rate / 3600:.2f} h" if self.frame_rate else ""
+        dropped = ", ".join(f"{k} {v}" for k, v in self.dropped.items() if v)
+        return (f"{len(self.items)} utterances{hours}, {self.frames} frames"
+                + (f" (left out: {dropped})" if dropped else ""))
 
 
 def training_texts(manifest: str | Path, cfg: TextSelection) -> list[str]:

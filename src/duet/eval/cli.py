@@ -134,6 +134,7 @@ _METRICS = ("wer", "sim", "dnsmos", "signal")
 
 
 def run_build_set(args: argparse.Namespace) -> int:
+    from duet.errors import DuetError
     from duet.eval.testset import WORD_LIST, BuildConfig, build_set, build_word_set, corpus_words
 
     if args.kind == "words":

@@ -39,8 +39,8 @@ from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
-from duet.data.utterances import (hash_order, is_english, prepare_input, prepare_text, select_utterances,
-                                  train_tokenizer, training_texts)
+from duet.data.utterances import (SplitFacts, coded_texts, is_english, prepare_input, prepare_text,
+                                  select_utterances, train_tokenizer, training_texts)
 from duet.errors import DuetError
 from duet.gepard.config import GepardConfig
 from duet.gepard.model import GepardBatch, collate, wrap_text
@@ -88,7 +88,7 @@ class _Item:
         return len(self.ids) + 3 + self.frames  # SOT, EOT, SOS
 
 
-class GepardData:
+class GepardData(SplitFacts):
     """One split's utterances with their codes in memory; ``epoch(e)`` is the loop's :class:`BatchSource`."""
 
     def __init__(self, items: Sequence[_Item], packed: dict[str, torch.Tensor], tokenizer, cfg: GepardDataConfig,
@@ -123,20 +123,8 @@ class GepardData:
             raise DuetError(f"model channel levels {model.channel_levels} are not the codec's {fsq.channel_levels}")
         max_positions = min(cfg.batch_frames, model.backbone.max_positions if model else cfg.batch_frames)
 
-        utts = select_utterances(manifest, split, cfg)
-        if limit is not None:  # a fixed subset spread over speakers: the first ``limit`` in id-hash order
-            utts = hash_order(utts)
-        dropped = {"no_codes": 0, "too_long": 0, "empty_text": 0}
-        chosen: list[tuple[Utterance, str]] = []
-        for u in utts:
-            if u.id not in shards:
-                dropped["no_codes"] += 1
-                continue
-            text = prepare_text(u, cfg)
-            if not text:
-                dropped["empty_text"] += 1
-                continue
-            chosen.append((u, text))
+        # with a limit, a fixed subset spread over speakers: the first ``limit`` in id-hash order
+        chosen, dropped = coded_texts(manifest, split, cfg, shards, ordered=limit is not None)
         encoded = tokenizer([t for _, t in chosen], add_special_tokens=False)["input_ids"] if chosen else []
         items = []
         for (u, text), ids in zip(chosen, encoded):
@@ -151,20 +139,6 @@ class GepardData:
         packed = {uid: codes.to(torch.int16) for uid, codes in shards if uid in wanted}  # (G, T) each
         return cls(items, packed, tokenizer, cfg, train=split == "train", frame_rate=shards.frame_rate,
                    dropped=dropped)
-
-    # ---- facts ---------------------------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self.items)
-
-    @property
-    def frames(self) -> int:
-        return sum(it.frames for it in self.items)
-
-    def summary(self) -> str:
-        hours = f", {self.frames / self.frame_rate / 3600:.2f} h" if self.frame_rate else ""
-        dropped = ", ".join(f"{k} {v}" for k, v in self.dropped.items() if v)
-        return (f"{len(self.items)} utterances{hours}, {self.frames} frames"
-                + (f" (left out: {dropped})" if dropped else ""))
 
     # ---- batches -------------------------------------------------------------------------------------------------
     def plan(self, epoch: int) -> list[list[int]]:

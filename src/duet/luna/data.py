@@ -41,7 +41,7 @@ import torch
 from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
-from duet.data.utterances import hash_order, prepare_input, prepare_text, select_utterances
+from duet.data.utterances import SplitFacts, coded_texts, prepare_input
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBatch
 from duet.luna.config import LunaConfig
@@ -101,7 +101,7 @@ class _Item:
         return len(self.ids) + 2 + self.frames  # SOT, EOT
 
 
-class LunaData:
+class LunaData(SplitFacts):
     """One split's utterances with their codes in memory; ``epoch(e)`` is the loop's :class:`BatchSource`."""
 
     def __init__(self, items: Sequence[_Item], codes: dict[str, torch.Tensor], tokenizer, cfg: LunaDataConfig,
@@ -138,20 +138,8 @@ class LunaData:
                             f"{model.num_codebooks} of {model.codebook_size} (train on the codec it was built for)")
         max_positions = min(cfg.batch_frames, model.backbone.max_positions if model else cfg.batch_frames)
 
-        utts = select_utterances(manifest, split, cfg)
-        if limit is not None:  # a fixed subset spread over speakers
-            utts = hash_order(utts)
-        dropped = {"no_codes": 0, "too_long": 0, "empty_text": 0}
-        chosen: list[tuple[Utterance, str]] = []
-        for u in utts:
-            if u.id not in shards:
-                dropped["no_codes"] += 1
-                continue
-            text = prepare_text(u, cfg)
-            if not text:
-                dropped["empty_text"] += 1
-                continue
-            chosen.append((u, text))
+        # with a limit, a fixed subset spread over speakers: the first ``limit`` in id-hash order
+        chosen, dropped = coded_texts(manifest, split, cfg, shards, ordered=limit is not None)
         encoded = (tokenizer([t for _, t in chosen], add_special_tokens=False, return_offsets_mapping=True)
                    if chosen else {"input_ids": [], "offset_mapping": []})
         items = []
@@ -171,20 +159,6 @@ class LunaData:
         codes = {uid: c.to(torch.int16) for uid, c in shards if uid in wanted}  # (Q, T) each
         return cls(items, codes, tokenizer, cfg, codebook_size=sizes[0], train=split == "train",
                    frame_rate=shards.frame_rate, dropped=dropped)
-
-    # ---- facts ---------------------------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self.items)
-
-    @property
-    def frames(self) -> int:
-        return sum(it.frames for it in self.items)
-
-    def summary(self) -> str:
-        hours = f", {self.frames / self.frame_rate / 3600:.2f} h" if self.frame_rate else ""
-        dropped = ", ".join(f"{k} {v}" for k, v in self.dropped.items() if v)
-        return (f"{len(self.items)} utterances{hours}, {self.frames} frames"
-                + (f" (left out: {dropped})" if dropped else ""))
 
     # ---- batches -------------------------------------------------------------------------------------------------
     def plan(self, epoch: int) -> list[list[int]]:

@@ -22,16 +22,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import nn
 
-from duet.codecs.base import DecodeResult, EncodeResult
 from duet.codecs.fsq import FSQConfig, GroupFSQ
-from duet.codecs.inputs import check_codes, frame_lengths, prepare_audio
+from duet.codecs.inputs import check_codes
 from duet.codecs.modules import (ConvNeXtStack, ISTFTHead, LogMel, PaddedConv1d, depth_to_space,
                                  space_to_depth)
-from duet.codecs.streaming import ContextStreamDecoder
+from duet.codecs.trained import TrainedCodec
 
 
 @dataclass(frozen=True)
@@ -116,24 +114,17 @@ class FSQDecoder(nn.Module):
         return left, right
 
 
-class FSQCodec(nn.Module):
-    """The trainable duet-fsq model and its ``duet.codecs.base.Codec`` interface (``encode``/``decode``)."""
+class FSQCodec(TrainedCodec):
+    """The trainable duet-fsq model and its ``duet.codecs.base.Codec`` interface (``encode``/``decode``); codes are
+    the 8 packed GroupFSQ groups (B, 8, T)."""
 
     name = "duet-fsq"
 
     def __init__(self, cfg: FSQCodecConfig = FSQCodecConfig()):
-        super().__init__()
-        self.cfg = cfg
-        self.sample_rate = cfg.sample_rate
-        self.samples_per_frame = cfg.samples_per_frame
+        super().__init__(cfg)
         self.encoder = FSQEncoder(cfg)
         self.quantizer = GroupFSQ(cfg.fsq)
         self.decoder = FSQDecoder(cfg)
-
-    # ---- Codec protocol -------------------------------------------------------------------------------------------
-    @property
-    def frame_rate(self) -> float:
-        return self.sample_rate / self.samples_per_frame
 
     @property
     def codebook_sizes(self) -> tuple[int, ...]:
@@ -143,37 +134,13 @@ class FSQCodec(nn.Module):
     def decoder_context(self) -> tuple[int, int]:
         return self.decoder.context
 
-    @torch.inference_mode()
-    def encode(self, audio: torch.Tensor | np.ndarray, lengths: torch.Tensor | None = None,
-               sample_rate: int | None = None) -> EncodeResult:
-        """audio (B, S), (S,) or (B, channels, S) -> packed codes (B, 8, T); see ``duet.codecs.inputs``."""
-        x, lengths = prepare_audio(audio, lengths, sample_rate, self.sample_rate, self.samples_per_frame)
-        _, codes = self.quantizer(self.encoder(x))
-        return EncodeResult(codes=codes, lengths=frame_lengths(lengths, self.samples_per_frame))
+    def check_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        return check_codes(codes, self.codebook_sizes)
 
-    @torch.inference_mode()
-    def decode(self, codes: torch.Tensor, lengths: torch.Tensor | None = None) -> DecodeResult:
-        """packed codes (B, 8, T) -> audio (B, T * samples_per_frame); ``lengths`` in frames."""
-        codes = check_codes(codes, self.codebook_sizes)
-        audio = self._decode_codes(codes).clamp(-1.0, 1.0)
-        if lengths is None:
-            lengths = torch.full((codes.shape[0],), codes.shape[-1], dtype=torch.long)
-        return DecodeResult(audio=audio, lengths=torch.as_tensor(lengths).long() * self.samples_per_frame)
-
-    def stream_decoder(self) -> ContextStreamDecoder:
-        left, right = self.decoder_context
-
-        @torch.inference_mode()
-        def window(codes: torch.Tensor) -> torch.Tensor:
-            return self._decode_codes(codes).clamp(-1.0, 1.0)
-
-        return ContextStreamDecoder(window, left, right, self.samples_per_frame,
-                                    check=lambda c: check_codes(c, self.codebook_sizes), batch_key=id(self))
+    def _quantize(self, latent: torch.Tensor) -> torch.Tensor:
+        return self.quantizer(latent)[1]
 
     # ---- training -------------------------------------------------------------------------------------------------
-    def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.quantizer.decode(codes))
-
     def forward(self, audio: torch.Tensor) -> CodecForward:
         """audio (B, T * samples_per_frame) -> reconstruction through the straight-through quantiser."""
         dequantised, codes = self.quantizer(self.encoder(audio))

@@ -30,18 +30,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from duet.codecs.base import DecodeResult, EncodeResult
 from duet.codecs.fsq_codec import CodecForward
-from duet.codecs.inputs import frame_lengths, prepare_audio
 from duet.codecs.modules import (CausalTransformer, ConvNeXtStack, ISTFTHead, LogMel, PaddedConv1d,
                                  depth_to_space, space_to_depth)
 from duet.codecs.rvq import ResidualVQ, RVQConfig
-from duet.codecs.streaming import ContextStreamDecoder
+from duet.codecs.trained import TrainedCodec
 from duet.errors import DuetError
 
 
@@ -122,25 +119,19 @@ class RVQDecoder(nn.Module):
         return self.conv_in.left + self.frames.left + math.ceil(sub_left / self.cfg.sub_frames)
 
 
-class RVQCodec(nn.Module):
-    """The trainable duet-rvq model and its ``duet.codecs.base.Codec`` interface."""
+class RVQCodec(TrainedCodec):
+    """The trainable duet-rvq model and its ``duet.codecs.base.Codec`` interface; codes (B, q, T), q <= Q codebooks.
+    Its decoder is causal, so the stream decoder is frame-synchronous: each pushed frame's 960 samples come back
+    at once, equal to the full decode."""
 
     name = "duet-rvq"
 
     def __init__(self, cfg: RVQCodecConfig = RVQCodecConfig()):
-        super().__init__()
-        self.cfg = cfg
-        self.sample_rate = cfg.sample_rate
-        self.samples_per_frame = cfg.samples_per_frame
+        super().__init__(cfg)
         self.encoder = RVQEncoder(cfg)
         self.quantizer = ResidualVQ(cfg.rvq)
         self.decoder = RVQDecoder(cfg)
         self.semantic_proj: nn.Linear | None = None
-
-    # ---- Codec protocol -------------------------------------------------------------------------------------------
-    @property
-    def frame_rate(self) -> float:
-        return self.sample_rate / self.samples_per_frame
 
     @property
     def codebook_sizes(self) -> tuple[int, ...]:
@@ -149,14 +140,6 @@ class RVQCodec(nn.Module):
     @property
     def decoder_context(self) -> tuple[int, int]:
         return self.decoder.context, 0
-
-    @torch.inference_mode()
-    def encode(self, audio: torch.Tensor | np.ndarray, lengths: torch.Tensor | None = None,
-               sample_rate: int | None = None) -> EncodeResult:
-        """audio (B, S), (S,) or (B, channels, S) -> codes (B, Q, T); see ``duet.codecs.inputs``."""
-        x, lengths = prepare_audio(audio, lengths, sample_rate, self.sample_rate, self.samples_per_frame)
-        codes = self.quantizer.encode(self.encoder(x))
-        return EncodeResult(codes=codes, lengths=frame_lengths(lengths, self.samples_per_frame))
 
     def check_codes(self, codes: torch.Tensor) -> torch.Tensor:
         """codes (B, q, T) with 1 <= q <= Q (fewer codebooks = lower bitrate) -> int64, or a DuetError."""
@@ -174,29 +157,10 @@ class RVQCodec(nn.Module):
             raise DuetError(f"codes outside [0, {k}): range [{int(codes.min())}, {int(codes.max())}]")
         return codes.long()
 
-    @torch.inference_mode()
-    def decode(self, codes: torch.Tensor, lengths: torch.Tensor | None = None) -> DecodeResult:
-        """codes (B, q, T) -> audio (B, T * samples_per_frame); ``lengths`` in frames."""
-        codes = self.check_codes(codes)
-        audio = self._decode_codes(codes).clamp(-1.0, 1.0)
-        if lengths is None:
-            lengths = torch.full((codes.shape[0],), codes.shape[-1], dtype=torch.long)
-        return DecodeResult(audio=audio, lengths=torch.as_tensor(lengths).long() * self.samples_per_frame)
-
-    def stream_decoder(self) -> ContextStreamDecoder:
-        """Frame-synchronous: each pushed frame's 960 samples come back at once, equal to the full decode."""
-
-        @torch.inference_mode()
-        def window(codes: torch.Tensor) -> torch.Tensor:
-            return self._decode_codes(codes).clamp(-1.0, 1.0)
-
-        return ContextStreamDecoder(window, self.decoder.context, 0, self.samples_per_frame, check=self.check_codes,
-                                    batch_key=id(self))
+    def _quantize(self, latent: torch.Tensor) -> torch.Tensor:
+        return self.quantizer.encode(latent)
 
     # ---- training -------------------------------------------------------------------------------------------------
-    def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.quantizer.decode(codes))
-
     def enable_semantic(self, teacher_dim: int) -> None:
         """Add the projection first-codebook vectors -> teacher features (training only)."""
         self.semantic_proj = nn.Linear(self.cfg.rvq.dim, teacher_dim)

@@ -100,6 +100,19 @@ class KVPool:
         self._free.append(slot)
 
 
+def check_gepard_request(request: SynthesisRequest, name: str, voices: Sequence[str]) -> None:
+    """What Gepard (either engine) cannot do yet: cloning, instructions, speed; and an unknown voice."""
+    if request.reference is not None:
+        raise InvalidRequest(f"{name} has no voice cloning yet", param="reference_audio", code="cloning_unsupported")
+    if request.voice is not None and request.voice not in voices:
+        raise InvalidRequest(f"unknown voice {request.voice!r}; this model has {', '.join(voices)}", param="voice",
+                             code="voice_not_found")
+    if request.instructions:
+        raise InvalidRequest(f"{name} takes no instructions", param="instructions")
+    if request.speed != 1.0:
+        raise InvalidRequest(f"{name} has no speed control; use speed 1.0", param="speed")
+
+
 @dataclass(eq=False)
 class GepardAdapter:
     """Implements ``duet.serve.adapter.ModelAdapter`` for a :class:`GepardModel` and a packed-token codec."""
@@ -135,16 +148,7 @@ class GepardAdapter:
     # --- admission-time questions (any thread) ----------------------------------------------------------------------
 
     def validate(self, request: SynthesisRequest) -> None:
-        if request.reference is not None:
-            raise InvalidRequest(f"{self.name} has no voice cloning yet", param="reference_audio",
-                                 code="cloning_unsupported")
-        if request.voice is not None and request.voice not in self.voices:
-            raise InvalidRequest(f"unknown voice {request.voice!r}; this model has {', '.join(self.voices)}",
-                                 param="voice", code="voice_not_found")
-        if request.instructions:
-            raise InvalidRequest(f"{self.name} takes no instructions", param="instructions")
-        if request.speed != 1.0:
-            raise InvalidRequest(f"{self.name} has no speed control; use speed 1.0", param="speed")
+        check_gepard_request(request, self.name, self.voices)
         limit = self.model.config.backbone.max_positions
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request))
         if need > limit:

@@ -216,16 +216,9 @@ class VLLMGepardAdapter:
         self.max_frames = min(self._bound.max_frames, vllm.max_model_len - 4)
 
     def validate(self, request: SynthesisRequest) -> None:
-        if request.reference is not None:
-            raise InvalidRequest(f"{self.name} has no voice cloning yet", param="reference_audio",
-                                 code="cloning_unsupported")
-        if request.voice is not None and request.voice not in self.voices:
-            raise InvalidRequest(f"unknown voice {request.voice!r}; this model has {', '.join(self.voices)}",
-                                 param="voice", code="voice_not_found")
-        if request.instructions:
-            raise InvalidRequest(f"{self.name} takes no instructions", param="instructions")
-        if request.speed != 1.0:
-            raise InvalidRequest(f"{self.name} has no speed control; use speed 1.0", param="speed")
+        from duet.serve.gepard_adapter import check_gepard_request
+
+        check_gepard_request(request, self.name, self.voices)
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request)) + 1
         if need > self.vllm.max_model_len:
             raise InvalidRequest(f"prompt + frames = {need} positions exceeds the model's {self.vllm.max_model_len}",

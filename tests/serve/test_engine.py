@@ -57,6 +57,23 @@ def test_chunks_grow_from_the_first_size_to_the_largest(first, largest, sizes):
         make_engine(chunk_frames=4, max_chunk_frames=2)
 
 
+def test_the_engine_thread_runs_torch_with_its_own_thread_count():
+    import torch
+
+    from duet.serve.engine import EngineConfig
+
+    seen = []
+    engine, adapter = make_engine(script=by_length)
+    engine.config = EngineConfig(scheduler=engine.config.scheduler, torch_threads=1)
+    step = adapter.step
+    adapter.step = lambda states: (seen.append(torch.get_num_threads()), step(states))[1]
+    with engine:
+        engine.submit(req(3)).collect(timeout=30)
+    assert seen and set(seen) == {1}
+    with pytest.raises(DuetError):
+        EngineConfig(torch_threads=0)
+
+
 def test_joining_midway_changes_nobody_s_output():
     mock = MockConfig(step_delay_s=0.002)
     solo = {}

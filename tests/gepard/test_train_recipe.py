@@ -226,3 +226,18 @@ def test_init_from_a_shipped_model_starts_from_its_weights_and_tokenizer(corpus,
     other = replace(cfg, model=replace(cfg.model, name="other", audio_embed_dim=4))
     with pytest.raises(DuetError, match="cannot warm-start"):
         train_gepard(other, tmp_path / "c", progress=False, init_from=shipped)
+
+
+def test_guided_attention_from_the_command_line(corpus, tmp_path):
+    manifest, shards, _ = corpus
+    run = tmp_path / "run"
+    argv = ["gepard", "--preset", "gepard-tiny", "--shards", str(shards), "--manifest", str(manifest),
+            "--out", str(run), "--steps", "2", "--batch-frames", "200", "--val-every", "2", "--bpe-vocab", "300",
+            "--guided-attention", "0.5", "--quiet"]
+    assert main(argv) == 0
+    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    assert cfg.guided.weight == 0.5 and cfg.guided.enabled
+    records = read_metrics(run / "metrics.jsonl")
+    assert any("guided" in r for r in records) and any("val_guided" in r for r in records)
+    val = next(r for r in records if "val_loss" in r)
+    assert val["val_loss"] == pytest.approx(val["val_ce"] + val["val_stop_bce"] * 2, rel=1e-4)  # no guided term

@@ -44,7 +44,8 @@ from duet.errors import DuetError
 from duet.gepard.audio_interface import AudioInterface
 from duet.gepard.config import GepardConfig
 from duet.gepard.heads import FrameLogits, GepardHeads
-from duet.nn.backbone import build_qwen3, new_cache, run_backbone
+from duet.gepard.alignment import GuidedAttentionConfig, guided_attention_loss
+from duet.nn.backbone import build_qwen3, new_cache, run_backbone, run_backbone_attentions
 
 IGNORE = -100  # label of a position that is not scored
 NUM_SERVICE_TOKENS = 3  # SOT, EOT, SOS around the text (Gepard §4.1.1: "service SOT/EOT/SOS tokens")
@@ -220,6 +221,10 @@ class GepardModel(nn.Module):
     # ---- training -------------------------------------------------------------------------------------------------
     def audio_logits(self, batch: GepardBatch) -> FrameLogits:
         """Teacher-forced logits over each row's audio region: codes (B, N = T + 1, 216), stop (B, N)."""
+        return self._teacher_forced(batch, attentions=False)[0]
+
+    def _teacher_forced(self, batch: GepardBatch, attentions: bool) -> tuple[FrameLogits, tuple[torch.Tensor, ...]]:
+        """-> (audio_logits, with ``attentions`` every layer's weights (B, H, S+T, S+T) without the prefix)."""
         text = self.model.embed_tokens(batch.text_ids)  # (B, S, D)
         b, c, t = batch.codes.shape
         frame_ok = torch.arange(t, device=batch.codes.device) < batch.audio_lengths[:, None]  # (B, T)
@@ -230,19 +235,34 @@ class GepardModel(nn.Module):
         if batch.prefix is not None:
             k = batch.prefix.shape[1]
             x = torch.cat([batch.prefix.to(x.dtype), x], dim=1)  # (B, K+S+T, D)
-        hidden = run_backbone(self.model, x)[:, k:]  # (B, S+T, D): prefix slice dropped (§2.5)
+        if attentions:
+            hidden, weights = run_backbone_attentions(self.model, x)
+            weights = tuple(w[..., k:, k:] for w in weights)
+        else:
+            hidden, weights = run_backbone(self.model, x), ()
+        hidden = hidden[:, k:]  # (B, S+T, D): prefix slice dropped (§2.5)
         # Audio region: SOS at text_length - 1, then one position per frame.
         idx = (batch.text_lengths[:, None] - 1 + torch.arange(t + 1, device=x.device)).clamp(max=hidden.shape[1] - 1)
         audio_hidden = hidden.gather(1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, T+1, D)
-        return self.heads(audio_hidden)
+        return self.heads(audio_hidden), weights
 
-    def forward(self, batch: GepardBatch) -> dict[str, torch.Tensor]:
-        """The training loss dict (see :func:`gepard_loss`); ``loss`` is what the training loop backpropagates."""
+    def forward(self, batch: GepardBatch, guided: GuidedAttentionConfig | None = None) -> dict[str, torch.Tensor]:
+        """The training loss dict (see :func:`gepard_loss`); ``loss`` is what the training loop backpropagates.
+        With ``guided`` enabled (``duet.gepard.alignment``; the backbone in eager attention) ``loss`` also has
+        ``guided.weight`` x the guided-attention penalty, logged as ``guided``."""
         if self.training and self.config.text_dropout_prob > 0:
             rows = torch.rand(batch.text_ids.shape[0], device=batch.text_ids.device) < self.config.text_dropout_prob
             batch = drop_text(batch, rows)
         code_labels, stop_labels = audio_labels(batch.codes, batch.audio_lengths)
-        return gepard_loss(self.audio_logits(batch), code_labels, stop_labels, self.config)
+        use_guided = guided is not None and guided.enabled
+        logits, weights = self._teacher_forced(batch, attentions=use_guided)
+        out = gepard_loss(logits, code_labels, stop_labels, self.config)
+        if use_guided:
+            assert guided is not None
+            penalty = guided_attention_loss([weights[i] for i in guided.layers], batch.text_lengths,
+                                            batch.audio_lengths, guided)
+            out = {**out, "loss": out["loss"] + guided.weight * penalty, "guided": penalty}
+        return out
 
     # ---- inference --------------------------------------------------------------------------------------------------
     def new_cache(self) -> DynamicCache:

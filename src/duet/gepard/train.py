@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
+from duet.gepard.alignment import GuidedAttentionConfig
 from duet.gepard.checkpoint import save_gepard
 from duet.gepard.config import PRESETS, GepardConfig, preset
 from duet.gepard.data import GepardData, GepardDataConfig
@@ -55,6 +56,7 @@ class GepardTrainConfig:
     data: GepardDataConfig = field(default_factory=GepardDataConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     bpe_vocab: int = 2048  # with --tokenizer train-bpe
+    guided: GuidedAttentionConfig = field(default_factory=GuidedAttentionConfig)  # off unless weight > 0
 
 
 def recipe(name: str, shards: str = "", manifest: str = "") -> GepardTrainConfig:
@@ -143,13 +145,20 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
         model = GepardModel(cfg.model)
         if shipped is not None:
             model.load_state_dict(shipped.model.state_dict())
+        if cfg.guided.enabled:
+            bad = [i for i in cfg.guided.layers if not 0 <= i < cfg.model.backbone.num_layers]
+            if bad or cfg.guided.heads > cfg.model.backbone.num_heads:
+                raise DuetError(f"guided attention: layers {list(cfg.guided.layers)} and {cfg.guided.heads} heads do "
+                                f"not fit {cfg.model.name} ({cfg.model.backbone.num_layers} layers, "
+                                f"{cfg.model.backbone.num_heads} heads)")
+            model.model.set_attn_implementation("eager")  # the weights are read (duet.gepard.alignment)
         from duet.data.shards import CodeShards
 
         shards = CodeShards(cfg.shards)
         extra = {"recipe": "gepard-pretrain", "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
                  "train_utterances": len(data), "train_frames": data.frames,
                  "init_from": str(init_from) if shipped is not None else None}
-        return train(model, GepardPretrain(), data, cfg.loop, run_dir, val_batches=val, resume=resume,
+        return train(model, GepardPretrain(guided=cfg.guided), data, cfg.loop, run_dir, val_batches=val, resume=resume,
                      stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
                      title=f"{cfg.model.name} ({run_dir.name})")
     finally:
@@ -182,6 +191,8 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("gepard", help="pretrain a Gepard model on encoded codes (DDP under torchrun)")
     add_recipe_arguments(p, sorted(PRESETS), "runs/gepard-tiny")
     p.add_argument("--no-augment", action="store_true", default=None, help="no short-register text repetition")
+    p.add_argument("--guided-attention", type=float, default=None, metavar="WEIGHT",
+                   help="weight of the diagonal guided-attention loss on a few heads (duet.gepard.alignment; 0 = off)")
     p.set_defaults(func=_run_train)
 
     add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 safetensors)",
@@ -193,6 +204,8 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
     cfg = recipe_config_from_args(args, recipe, config_from_json, "gepard-tiny, gepard-500m")
     if args.no_augment:
         cfg = replace(cfg, data=replace(cfg.data, augment=False))
+    if args.guided_attention is not None:
+        cfg = replace(cfg, guided=replace(cfg.guided, weight=args.guided_attention))
     return cfg
 
 

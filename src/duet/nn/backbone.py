@@ -32,6 +32,7 @@ from torch import nn
 from transformers import Qwen3Config, Qwen3Model
 from transformers.cache_utils import Cache, DynamicCache
 
+from duet.errors import DuetError
 
 @dataclass(frozen=True)
 class BackboneConfig:
@@ -132,6 +133,17 @@ def run_backbone(
         use_cache=cache is not None,
     )
     return out.last_hidden_state  # (B, L, D)
+
+
+def run_backbone_attentions(model: Qwen3Model, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+    """Training-time causal pass that also returns every layer's attention weights, each (B, H, L, L).
+
+    Only eager attention computes the weights: call ``model.set_attn_implementation("eager")`` first (the same
+    function as sdpa, slower; checkpoints keep their configured implementation)."""
+    if model.config._attn_implementation != "eager":
+        raise DuetError("attention weights need eager attention: model.set_attn_implementation('eager') first")
+    out = model(inputs_embeds=inputs_embeds, output_attentions=True, use_cache=False)
+    return out.last_hidden_state, tuple(out.attentions)
 
 
 class Backbone(nn.Module):

@@ -381,7 +381,7 @@ class Engine:
                 self._close(slot, "error", f"codec decode failed: {err}")
             return
         for slot, audio, end in zip(slots, audios, final):
-            self._deliver(slot, [audio])
+            self._deliver(slot, audio)
             if end:
                 slot.decoder = None  # flushed
 
@@ -392,10 +392,10 @@ class Engine:
         slot.pending = []
         return codes
 
-    def _deliver(self, slot: _Slot, parts: list[torch.Tensor]) -> None:
-        """Send decoded audio parts, each (1, s), to the slot's consumer as one chunk."""
-        audio = np.concatenate([p[0].detach().cpu().float().numpy() for p in parts]) if parts else None
-        if audio is not None and audio.size:
+    def _deliver(self, slot: _Slot, decoded: torch.Tensor) -> None:
+        """Send decoded audio (1, s) to the slot's consumer as one chunk (nothing when s = 0)."""
+        audio = decoded[0].detach().cpu().float().numpy()
+        if audio.size:
             if slot.handle.first_audio_at is None:
                 slot.handle.first_audio_at = time.perf_counter()
             slot.chunk = min(2 * slot.chunk, self.config.max_chunk_frames)

@@ -3,6 +3,7 @@
 ``tokens``     every service token (SOT/EOT/SOS, emotions, non-verbal events, speakers) and id lookup
 ``qwen``       Qwen3's tokenizer rebuilt offline (ids equal Qwen3's) + service tokens
 ``bpe``        a small byte-level BPE trained on the corpus for tiny models + service tokens
+``phonemes``   phoneme input for tiny models: espeak-ng IPA through a BPE trained on it (a marked ``bpe`` file)
 ``normalize``  English numbers, money, dates, abbreviations -> words
 ``augment``    Gepard's short-register text repetition
 
@@ -20,7 +21,8 @@ QWEN3 = "qwen3"
 
 
 def get_tokenizer(name: str | os.PathLike):
-    """A tokenizer by name: ``"qwen3"``, or the path of a duet BPE ``tokenizer.json`` (or a folder holding one).
+    """A tokenizer by name: ``"qwen3"``, or the path of a duet BPE ``tokenizer.json`` (or a folder holding one);
+    a phoneme BPE comes back as a ``PhonemeTokenizer`` whose ``encode`` phonemises first.
 
     Both come back as a transformers ``PreTrainedTokenizerFast`` with duet's service tokens; look their ids up with
     ``duet.text.tokens.service_ids(tokenizer)``.

@@ -109,7 +109,8 @@ def make_gepard_tiny(root: Path) -> tuple[Path, Path, str]:
 
 def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: int, max_batch: int,
                   max_chunk: int = 16, threads: int = 0) -> None:
-    """The builtin-engine server process (``--_serve``)."""
+    """The builtin-engine server process (``--_serve``); ``Server`` starts it with ``duet serve``'s default
+    ``MALLOC_ARENA_MAX=2`` (``duet.serve.memory``)."""
     import uvicorn
 
     from duet.serve.api import ServeConfig, create_app
@@ -149,7 +150,8 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, argv: list[str], port: int, log: Path, timeout: float = 600):
-        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        env = {"MALLOC_ARENA_MAX": "2",  # what duet serve runs with (--malloc-arenas); a caller's own value wins
+               **os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
         self.log = open(log, "w")
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)

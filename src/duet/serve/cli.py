@@ -42,6 +42,9 @@ def register(subparsers) -> None:
                    help="frames per audio chunk until a request's first audio (then doubling per chunk)")
     p.add_argument("--max-chunk-frames", type=int, default=16,
                    help="largest audio chunk in frames (the doubling stops here; 1 sends every frame alone)")
+    p.add_argument("--malloc-arenas", type=int, default=2,
+                   help="run with MALLOC_ARENA_MAX=N so resident memory stays flat (the process restarts itself "
+                        "once to set it; 0: leave it alone; an explicit MALLOC_ARENA_MAX wins)")
     p.add_argument("--engine-threads", type=int, default=1,
                    help="torch threads of the engine thread (0: torch's default; 1 is fastest on small CPUs)")
     p.add_argument("--retry-after", type=float, default=1.0, help="seconds a refused client is told to wait")
@@ -82,6 +85,9 @@ def build_adapter(args: argparse.Namespace):
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from duet.serve.memory import reexec_with_malloc_arenas
+
+    reexec_with_malloc_arenas(args.malloc_arenas)  # first: the process may start again here, once
     try:
         import uvicorn
     except ImportError as err:

@@ -34,6 +34,19 @@ def test_one_run_for_many_equals_one_run_each():
     assert phonemize_many(TEXTS) == [phonemize_many([t])[0] for t in TEXTS]
 
 
+def test_texts_seen_before_do_not_run_espeak_again(monkeypatch):
+    from duet.text import phonemes
+
+    runs = []
+    real = phonemes._espeak
+    monkeypatch.setattr(phonemes, "_espeak", lambda pieces, voice: runs.append(list(pieces)) or real(pieces, voice))
+    fresh = ["A text never seen before, surely.", "Nor this one!"]
+    first = phonemize_many(fresh + fresh)
+    assert runs == [["A text never seen before", "surely", "Nor this one"]]  # duplicates phonemised once
+    assert phonemize(fresh[1]) == first[1] and phonemize_many(fresh) == first[:2]
+    assert len(runs) == 1
+
+
 def test_a_missing_voice_is_a_clear_error():
     with pytest.raises(DuetError, match="espeak-ng"):
         phonemize_many(["hello"], voice="no-such-voice-xx")

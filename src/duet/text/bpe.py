@@ -16,14 +16,13 @@ Training is deterministic: the same texts and config give a byte-identical file,
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from duet.errors import DuetError
 from duet.text.qwen import QWEN2_SPLIT_REGEX
-from duet.text.tokens import PAD, SERVICE_TOKENS, service_ids
+from duet.text.tokens import PAD, SERVICE_TOKEN_RE, SERVICE_TOKENS, service_ids
 
 _NUM_BYTES = 256
 
@@ -35,12 +34,9 @@ class BPEConfig:
     lowercase: bool = False  # tiny models may fold case; the text normaliser keeps case either way
 
 
-_SERVICE_RE = re.compile("|".join(re.escape(t) for t in SERVICE_TOKENS))
-
-
 def _without_service_tokens(texts: Iterable[str]) -> Iterator[str]:
     for text in texts:
-        yield from (piece for piece in _SERVICE_RE.split(text) if piece)
+        yield from (piece for piece in SERVICE_TOKEN_RE.split(text) if piece and not SERVICE_TOKEN_RE.fullmatch(piece))
 
 
 def train_bpe(texts: Iterable[str], config: BPEConfig = BPEConfig()):

@@ -25,12 +25,11 @@ import subprocess
 from collections.abc import Sequence
 
 from duet.errors import DuetError
-from duet.text.tokens import SERVICE_TOKENS
+from duet.text.tokens import SERVICE_TOKEN_RE
 
 MARK = "\u2063duet-phonemes:"  # U+2063 INVISIBLE SEPARATOR: no text a user types contains it
 DEFAULT_VOICE = "en-us"
 
-_SERVICE_RE = re.compile("(" + "|".join(re.escape(t) for t in SERVICE_TOKENS) + ")")
 _PUNCT_RE = re.compile(r"([.,;:!?\u2026]+)")
 
 
@@ -69,10 +68,10 @@ def _espeak(pieces: Sequence[str], voice: str) -> list[str]:
 def _split(text: str) -> list[tuple[bool, str]]:
     """``text`` -> [(to_phonemise, piece)]: service tokens and punctuation runs are kept as they are."""
     out: list[tuple[bool, str]] = []
-    for part in _SERVICE_RE.split(text):
+    for part in SERVICE_TOKEN_RE.split(text):
         if not part:
             continue
-        if _SERVICE_RE.fullmatch(part):
+        if SERVICE_TOKEN_RE.fullmatch(part):
             out.append((False, part))
             continue
         for piece in _PUNCT_RE.split(part):
@@ -91,17 +90,29 @@ def _join(parts: list[str]) -> str:
     return text
 
 
+_CACHE: dict[tuple[str, str], str] = {}  # (voice, text) -> IPA
+_CACHE_SIZE = 65536  # entries; the cache starts over when a batch would take it past this
+
+
 def phonemize_many(texts: Sequence[str], voice: str = DEFAULT_VOICE) -> list[str]:
-    """IPA of each text (punctuation and service tokens kept), with one espeak-ng run for all of them."""
-    splits = [_split(t) for t in texts]
-    todo = [piece for parts in splits for keep, piece in parts if keep]
-    ipa = iter(_espeak(todo, voice) if todo else [])
-    return [_join([next(ipa) if keep else piece for keep, piece in parts]) for parts in splits]
+    """IPA of each text (punctuation and service tokens kept), with one espeak-ng run for the texts not seen
+    before: training re-encodes its texts (Luna's duration weights, augmented repeats every epoch)."""
+    found = {t: _CACHE[(voice, t)] for t in texts if (voice, t) in _CACHE}
+    missing = [t for t in dict.fromkeys(texts) if t not in found]
+    if missing:
+        splits = [_split(t) for t in missing]
+        todo = [piece for parts in splits for keep, piece in parts if keep]
+        ipa = iter(_espeak(todo, voice) if todo else [])
+        fresh = {t: _join([next(ipa) if keep else piece for keep, piece in parts]) for t, parts in zip(missing, splits)}
+        if len(_CACHE) + len(fresh) > _CACHE_SIZE:
+            _CACHE.clear()
+        _CACHE.update(((voice, t), text_ipa) for t, text_ipa in fresh.items())
+        found.update(fresh)
+    return [found[t] for t in texts]
 
 
-@functools.lru_cache(maxsize=65536)
 def phonemize(text: str, voice: str = DEFAULT_VOICE) -> str:
-    """IPA of one text; cached, because training re-encodes its augmented texts every epoch."""
+    """IPA of one text (cached like :func:`phonemize_many`)."""
     return phonemize_many([text], voice)[0]
 
 

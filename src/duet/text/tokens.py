@@ -20,6 +20,7 @@ invalidates those checkpoints. Speakers come last so that their count can grow w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -72,6 +73,8 @@ SPEAKER_TOKENS: tuple[str, ...] = tuple(speaker_token(i) for i in range(NUM_SPEA
 
 # The fixed order every tokenizer appends them in.
 SERVICE_TOKENS: tuple[str, ...] = CONTROL_TOKENS + EMOTION_TOKENS + NONVERBAL_TOKENS + SPEAKER_TOKENS
+# Any one of them, captured: ``SERVICE_TOKEN_RE.split(text)`` keeps the tokens between the pieces of text.
+SERVICE_TOKEN_RE = re.compile("(" + "|".join(re.escape(t) for t in SERVICE_TOKENS) + ")")
 
 
 def _lookup(tokenizer: object) -> Callable[[str], int | None]:

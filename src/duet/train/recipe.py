@@ -80,13 +80,11 @@ def prepare_tokenizer(spec: str | None, run_dir: Path, cfg: Any, resume: bool) -
     if resume and target.is_file():
         return target
     spec = spec or TRAIN_BPE
-    if spec == TRAIN_BPE:
-        print(f"training a {cfg.bpe_vocab}-entry BPE on the training texts of {cfg.manifest}", file=sys.stderr)
-        return train_tokenizer(cfg.manifest, target, cfg.data, vocab_size=cfg.bpe_vocab)
-    if spec == TRAIN_PHONEME_BPE:
-        print(f"training a {cfg.bpe_vocab}-entry BPE on espeak-ng IPA of the training texts of {cfg.manifest}",
-              file=sys.stderr)
-        return train_tokenizer(cfg.manifest, target, cfg.data, vocab_size=cfg.bpe_vocab, phonemes=DEFAULT_VOICE)
+    if spec in (TRAIN_BPE, TRAIN_PHONEME_BPE):
+        phonemes = DEFAULT_VOICE if spec == TRAIN_PHONEME_BPE else None
+        of = "espeak-ng IPA of the training texts" if phonemes else "the training texts"
+        print(f"training a {cfg.bpe_vocab}-entry BPE on {of} of {cfg.manifest}", file=sys.stderr)
+        return train_tokenizer(cfg.manifest, target, cfg.data, vocab_size=cfg.bpe_vocab, phonemes=phonemes)
     if spec == QWEN3:
         from duet.text import get_tokenizer
 

@@ -50,10 +50,10 @@ class GepardPretrain(Objective):
 
     def evaluate(self, model: nn.Module, batch: Any) -> dict[str, float]:
         """Held-out metrics; ``loss`` is Gepard's own loss without the guided term, comparable across runs."""
-        loss, metrics = self.loss(model, batch)
+        out = super().evaluate(model, batch)
         if self.guided is not None:
-            loss = loss - self.guided.weight * metrics["guided"]
-        return {"loss": float(loss), **{k: float(v) for k, v in metrics.items()}}
+            out["loss"] -= self.guided.weight * out["guided"]
+        return out
 
     def lr_multipliers(self) -> dict[str, float]:
         return {TEXT_EMBEDDING: self.text_lr_mult, AUDIO_INTERFACE: self.audio_lr_mult}

@@ -128,37 +128,40 @@ def test_load_config_from_json_file(tmp_path):
     assert load_config(str(path)).batch_size == 3
 
 
+def _shipped(cfg, root):
+    """A 3-step run of ``cfg`` exported as a shipped codec under ``root``: (its directory, train and val crops)."""
+    train, val = _crops(cfg)
+    train_codec(cfg, None, root / "a", stop_at_step=3, crops=train, val_crops=val, progress=False)
+    return export_codec(root / "a", root / "shipped"), train, val
+
+
 def test_init_from_a_shipped_codec_starts_from_its_weights(tmp_path):
     """Warm start: a new run begins at the exported (fp16) weights, live and EMA, not at a fresh initialisation."""
     from duet.train.codec_loop import CodecTrainer
 
     cfg = preset("fsq-tiny")
-    train, val = _crops(cfg)
-    train_codec(cfg, None, tmp_path / "a", stop_at_step=3, crops=train, val_crops=val, progress=False)
-    export_codec(tmp_path / "a", tmp_path / "shipped")
-    shipped = load(tmp_path / "shipped").state_dict()
+    path, train, _ = _shipped(cfg, tmp_path)
+    shipped = load(path).state_dict()
     trainer = CodecTrainer(cfg, train)
     key = next(k for k, v in shipped.items() if v.is_floating_point() and v.numel() > 16)
     assert not torch.allclose(trainer.model.state_dict()[key], shipped[key])
-    trainer.init_from(tmp_path / "shipped")
+    trainer.init_from(path)
     torch.testing.assert_close(trainer.model.state_dict()[key], shipped[key])
     torch.testing.assert_close(trainer.ema.shadow.state_dict()[key], shipped[key])
     with pytest.raises(DuetError, match="different model config"):
-        CodecTrainer(preset("rvq-tiny"), train).init_from(tmp_path / "shipped")
+        CodecTrainer(preset("rvq-tiny"), train).init_from(path)
 
 
 def test_decoder_only_fine_tune_changes_the_decoder_alone(tmp_path):
     """Encoder and quantiser (weights and EMA codebook buffers) stay bit-identical, so codes stay valid."""
     cfg = preset("rvq-tiny")
-    train, val = _crops(cfg)
-    train_codec(cfg, None, tmp_path / "a", stop_at_step=3, crops=train, val_crops=val, progress=False)
-    export_codec(tmp_path / "a", tmp_path / "shipped")
-    before = load(tmp_path / "shipped").state_dict()
+    path, train, val = _shipped(cfg, tmp_path)
+    before = load(path).state_dict()
     tuned_cfg = replace(cfg, decoder_only=True, disc_start_step=0)
     with pytest.raises(DuetError, match="--init-from"):
         train_codec(tuned_cfg, None, tmp_path / "x", stop_at_step=1, crops=train, progress=False)
     train_codec(tuned_cfg, None, tmp_path / "b", stop_at_step=4, crops=train, val_crops=val, progress=False,
-                init_from=tmp_path / "shipped")
+                init_from=path)
     export_codec(tmp_path / "b", tmp_path / "tuned")
     after = load(tmp_path / "tuned").state_dict()
     frozen = [k for k in before if not k.startswith("decoder.")]

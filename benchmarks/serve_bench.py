@@ -226,19 +226,21 @@ def row(engine: str, model: str, n: int, results: list[StreamResult], wall: floa
     ttfa = [r.ttfa_s * 1000 for r in results]
     rtf = [r.wall_s / r.audio_s for r in results if r.audio_s > 0]
     audio = sum(r.audio_s for r in results)
-    return {"engine": engine, "model": model, "max_chunk": max_chunk, "threads": threads or "default", "streams": n, "ttfa_p50_ms": pct(ttfa, 0.5),
-            "ttfa_p95_ms": pct(ttfa, 0.95), "rtf_p50": statistics.median(rtf), "rtf_p95": pct(rtf, 0.95),
+    return {"engine": engine, "model": model, "max_chunk": max_chunk, "threads": threads or "default", "streams": n,
+            "ttfa_p50_ms": pct(ttfa, 0.5), "ttfa_p95_ms": pct(ttfa, 0.95), "rtf_p50": statistics.median(rtf),
+            "rtf_p95": pct(rtf, 0.95),
             "x_realtime": audio / wall, "frames_per_s": audio * frame_rate / wall,
             "underruns": sum(r.underruns for r in results), "audio_s": audio, "wall_s": wall}
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ("engine", "model", "max chunk", "engine threads", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50", "RTF p95", "x real time",
-            "frames/s", "underruns")
+    head = ("engine", "model", "max chunk", "engine threads", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50",
+            "RTF p95", "x real time", "frames/s", "underruns")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
-        print(f"| {r['engine']} | {r['model']} | {r['max_chunk']} | {r['threads']} | {r['streams']} | {r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
+        print(f"| {r['engine']} | {r['model']} | {r['max_chunk']} | {r['threads']} | {r['streams']} | "
+              f"{r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
               f"{r['rtf_p50']:.3f} | {r['rtf_p95']:.3f} | {r['x_realtime']:.2f} | {r['frames_per_s']:.0f} | "
               f"{r['underruns']} |")
 

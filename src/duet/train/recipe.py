@@ -142,7 +142,8 @@ def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_exa
         p.add_argument("--tokenizer", default=None,
                        help=f"{TRAIN_BPE} (default), {TRAIN_PHONEME_BPE} (phoneme input: espeak-ng IPA), {QWEN3}, "
                             "or a tokenizer.json; copied into the run directory")
-        p.add_argument("--bpe-vocab", type=int, default=None, help="BPE bytes + merges for train-bpe and train-phoneme-bpe (default 2048)")
+        p.add_argument("--bpe-vocab", type=int, default=None,
+                       help="BPE bytes + merges for train-bpe and train-phoneme-bpe (default 2048)")
     p.add_argument("--out", required=True, help=f"run directory, e.g. {out_example}")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     p.add_argument("--init-from", default=None, help=init_from_help or

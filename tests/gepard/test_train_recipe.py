@@ -228,15 +228,19 @@ def test_init_from_a_shipped_model_starts_from_its_weights_and_tokenizer(corpus,
         train_gepard(other, tmp_path / "c", progress=False, init_from=shipped)
 
 
-def test_guided_attention_from_the_command_line(corpus, tmp_path):
+def test_guided_attention_and_text_dropout_from_the_command_line(corpus, tmp_path, capsys):
     manifest, shards, _ = corpus
     run = tmp_path / "run"
     argv = ["gepard", "--preset", "gepard-tiny", "--shards", str(shards), "--manifest", str(manifest),
             "--out", str(run), "--steps", "2", "--batch-frames", "200", "--val-every", "2", "--bpe-vocab", "300",
-            "--guided-attention", "0.5", "--quiet"]
+            "--guided-attention", "0.5", "--text-dropout", "0.1", "--quiet"]
     assert main(argv) == 0
     cfg = config_from_json(json.loads((run / "config.json").read_text()))
     assert cfg.guided.weight == 0.5 and cfg.guided.enabled
+    assert cfg.model.text_dropout_prob == 0.1
+    # the model's training settings are fixed per run
+    assert main(["gepard", "--out", str(run), "--resume", "--text-dropout", "0.2", "--quiet"]) != 0
+    assert "trained with a different model" in capsys.readouterr().err
     records = read_metrics(run / "metrics.jsonl")
     assert any("guided" in r for r in records) and any("val_guided" in r for r in records)
     val = next(r for r in records if "val_loss" in r)

@@ -193,6 +193,9 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-augment", action="store_true", default=None, help="no short-register text repetition")
     p.add_argument("--guided-attention", type=float, default=None, metavar="WEIGHT",
                    help="weight of the diagonal guided-attention loss on a few heads (duet.gepard.alignment; 0 = off)")
+    p.add_argument("--text-dropout", type=float, default=None, metavar="P",
+                   help="drop a row's text with probability P, training the unconditional path that CFG "
+                        "(--cfg-scale at inference) needs (default: the preset's, 0)")
     p.set_defaults(func=_run_train)
 
     add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 safetensors)",
@@ -206,6 +209,8 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
         cfg = replace(cfg, data=replace(cfg.data, augment=False))
     if args.guided_attention is not None:
         cfg = replace(cfg, guided=replace(cfg.guided, weight=args.guided_attention))
+    if args.text_dropout is not None:
+        cfg = replace(cfg, model=replace(cfg.model, text_dropout_prob=args.text_dropout))
     return cfg
 
 

@@ -22,7 +22,7 @@ from duet.train.codec_config import preset
 TEXTS = ["Hello there, how are you?", "The quick brown fox jumps over the lazy dog.", "Good morning."]
 
 
-def write_tiny_gepard(root: Path, seed: int = 0) -> Path:
+def write_tiny_gepard(root: Path, seed: int = 0, text_dropout_prob: float = 0.0) -> Path:
     """A 2-layer Gepard (BPE tokenizer trained on TEXTS) whose config names a random fsq-tiny codec in root/codec.
     Returns the model directory, root/gepard-test."""
     torch.manual_seed(seed)
@@ -30,7 +30,8 @@ def write_tiny_gepard(root: Path, seed: int = 0) -> Path:
     tokenizer = save_bpe(train_bpe(TEXTS * 3, BPEConfig(vocab_size=300)), root / "tokenizer.json")
     backbone = BackboneConfig(num_layers=2, width=64, num_heads=4, num_kv_heads=2, head_dim=16, mlp_width=128,
                               vocab_size=512, rope_theta=10_000.0, max_positions=512)
-    model = GepardModel(GepardConfig(name="test", backbone=backbone, audio_embed_dim=2)).eval()
+    model = GepardModel(GepardConfig(name="test", backbone=backbone, audio_embed_dim=2,
+                                     text_dropout_prob=text_dropout_prob)).eval()
     return save_gepard(model, tokenizer, root / "gepard-test", codec={"name": str(root / "codec")})
 
 

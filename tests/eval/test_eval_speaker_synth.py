@@ -49,7 +49,8 @@ def test_speakers_without_cloning_speak_the_target_text(family, tmp_path):
     if family == "gepard":
         model_dir, options, kwargs = write_tiny_gepard(tmp_path / "m"), SynthOptions(seed=3), {}
     else:
-        model_dir, options, kwargs = write_tiny_luna_realtime(tmp_path / "m"), SynthOptions(seed=3, steps=2), {"steps": 2}
+        model_dir = write_tiny_luna_realtime(tmp_path / "m")
+        options, kwargs = SynthOptions(seed=3, steps=2, cfg_scale=1.0), {"steps": 2, "cfg_scale": 1.0}
     speaker = duet.load(model_dir)
     items = _items(tmp_path, speaker.sample_rate)
     out = load_synthesizer(f"speaker:{model_dir}", options).synthesize(items)
@@ -66,3 +67,5 @@ def test_bad_specs_are_clear_errors(tmp_path):
         load_synthesizer(f"speaker:{tmp_path / 'nothing'}")
     with pytest.raises(DuetError, match="steps must be at least 1"):
         SynthOptions(steps=0)
+    with pytest.raises(DuetError, match="speaker:"):  # the engine has no per-request guidance scale
+        load_synthesizer("mock", SynthOptions(cfg_scale=2.0))

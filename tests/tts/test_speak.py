@@ -70,6 +70,43 @@ def test_bad_input_is_a_clear_error(model_dir):
         duet.load("no-such-model")
 
 
+def test_cfg_needs_a_model_trained_with_text_dropout(model_dir, tmp_path, capsys):
+    speaker = _bounded(duet.load(model_dir))
+    with pytest.raises(DuetError, match="without text dropout"):
+        speaker.speak("Hello there.", cfg_scale=2.0)
+    assert speaker.speak("Hello there.", seed=1, cfg_scale=1.0).audio.shape == speaker.speak("Hello there.",
+                                                                                             seed=1).audio.shape
+    assert main(["speak", "Hi.", "-o", str(tmp_path / "x.wav"), "--model", str(model_dir), "--cfg-scale", "2"]) == 2
+    assert "without text dropout" in capsys.readouterr().err and not (tmp_path / "x.wav").exists()
+
+
+def test_cfg_runs_the_unconditional_pass(tmp_path):
+    """With text dropout trained in, cfg_scale w != 1 samples from uncond + w (cond - uncond): the frames equal the
+    sampler's own two-pass run with the prompt's unconditional twin (the formula is tested in test_generate)."""
+    import torch
+
+    from duet.gepard.data import encode_prompt
+    from duet.gepard.generate import stream
+    from duet.gepard.model import GepardPrompt
+
+    speaker = _bounded(duet.load(write_tiny_gepard(tmp_path, text_dropout_prob=0.1)), frames=8)
+    ids = encode_prompt("Hello there.", speaker.tokenizer, language="en")
+    prompt = GepardPrompt(torch.tensor([ids]))
+
+    def frames(w: float) -> torch.Tensor:
+        from dataclasses import replace
+
+        sampling = replace(speaker.config.sampling, cfg_scale=w, seed=5)
+        return torch.cat(list(stream(speaker.model, prompt, config=sampling, fsq=speaker.fsq,
+                                     uncond_prompt=prompt.unconditional() if w != 1 else None)))
+
+    guided = speaker.codec.decode(frames(3.0).T[None]).audio[0].numpy()
+    np.testing.assert_allclose(speaker.speak("Hello there.", seed=5, cfg_scale=3.0).audio, guided, atol=1e-5)
+    assert not torch.equal(frames(3.0), frames(1.0))
+    with pytest.raises(DuetError, match="cfg_scale"):
+        speaker.speak("Hello there.", cfg_scale=float("nan"))
+
+
 def test_cli_writes_the_file_and_streams(model_dir, tmp_path, capsys):
     out = tmp_path / "hello.wav"
     argv = ["speak", "Hello there.", "-o", str(out), "--model", str(model_dir), "--seed", "1"]

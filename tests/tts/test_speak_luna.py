@@ -86,6 +86,14 @@ def test_steps_set_the_number_of_refinement_passes(speaker, monkeypatch, steps):
     assert len(speech.audio) == _frames(speaker, "Good morning.") * speaker.codec.samples_per_frame
 
 
+def test_cfg_scale_one_drops_the_unconditional_rows(speaker, monkeypatch):
+    calls = _count_forwards(speaker, monkeypatch)
+    speaker.speak("Good morning.", seed=0, steps=8, cfg_scale=1.0)
+    assert len(calls) == 8 and set(calls) == {1}
+    with pytest.raises(DuetError, match="cfg_scale"):
+        speaker.stream("Hi.", cfg_scale=-1.0)
+
+
 def test_default_is_32_steps(speaker, monkeypatch):
     calls = _count_forwards(speaker, monkeypatch)
     speaker.speak("Hi.", seed=0)

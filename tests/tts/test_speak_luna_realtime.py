@@ -83,6 +83,8 @@ def test_bad_input_is_a_clear_error_before_any_decoding(speaker):
         speaker.chunks("Hi.", voice="nobody")
     with pytest.raises(DuetError, match="temperature"):
         speaker.speak("Hi.", temperature=-1.0)
+    with pytest.raises(DuetError, match="cfg_scale"):
+        speaker.stream("Hi.", cfg_scale=float("inf"))
 
 
 def test_a_codec_of_another_shape_is_refused(model_dir, tmp_path):
@@ -113,3 +115,19 @@ def test_cli_errors_are_one_line_and_write_nothing(model_dir, tmp_path, capsys, 
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_cfg_scale_reaches_the_block_decoder(speaker, monkeypatch):
+    import duet.luna.stream as stream_module
+
+    guidance: list[bool] = []
+    session = stream_module.KVBlockSession
+
+    def recorded(*args, **kwargs):
+        guidance.append(kwargs["guidance"])  # True: conditional + unconditional rows per forward
+        return session(*args, **kwargs)
+
+    monkeypatch.setattr(stream_module, "KVBlockSession", recorded)
+    speaker.speak("Hello there.", seed=3, steps=2)  # the default scale (2)
+    speaker.speak("Hello there.", seed=3, steps=2, cfg_scale=1.0)
+    assert guidance == [True, False]

@@ -68,6 +68,7 @@ class SynthOptions:
     device: str = "cpu"
     seed: int = 0
     steps: int | None = None  # refinement steps of diffusion models (Luna); None = the model's default
+    cfg_scale: float | None = None  # classifier-free guidance w (speaker: models only); None = the model's default
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -171,6 +172,9 @@ class EngineSynthesizer:
         from duet.serve.sampling import SamplingParams
         from duet.serve.scheduler import SchedulerConfig
 
+        if options.cfg_scale is not None:
+            raise DuetError("the serving engine guides with each model's default scale; for --cfg-scale evaluate "
+                            f"through the speaker: --model speaker:{adapter.name}")
         self.adapter = adapter
         self.name = adapter.name
         self.batch_size = options.batch_size
@@ -247,7 +251,8 @@ class SpeakerSynthesizer:
         self.speaker = speaker
         self.name = name
         self.seed = options.seed
-        self.options = {} if options.steps is None else {"steps": options.steps}  # a speaker without steps refuses it
+        # only the options given: a speaker without steps (Gepard) refuses the keyword
+        self.options = {k: v for k, v in (("steps", options.steps), ("cfg_scale", options.cfg_scale)) if v is not None}
         self.clones = hasattr(speaker, "voice_prompt")
 
     def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:

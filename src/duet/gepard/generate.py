@@ -76,6 +76,8 @@ class SamplingConfig:
             raise DuetError(f"stop_threshold must lie in (0, 1), got {self.stop_threshold}")
         if self.max_frames < 1 or self.margin_frames < 0 or self.frames_per_token < 0:
             raise DuetError("max_frames must be >= 1, margin_frames and frames_per_token >= 0")
+        if not (math.isfinite(self.cfg_scale) and self.cfg_scale >= 0):
+            raise DuetError(f"cfg_scale must be a finite number >= 0 (1 = no guidance), got {self.cfg_scale}")
 
 
 def frame_bound(num_text_tokens: int, config: SamplingConfig) -> int:

@@ -64,6 +64,8 @@ class DecodeConfig:
             raise DuetError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.gumbel_temperature < 0:
             raise DuetError(f"gumbel_temperature must be >= 0, got {self.gumbel_temperature}")
+        if not (math.isfinite(self.cfg_scale) and self.cfg_scale >= 0):
+            raise DuetError(f"cfg_scale must be a finite number >= 0 (1 = no guidance), got {self.cfg_scale}")
 
 
 @dataclass(frozen=True)

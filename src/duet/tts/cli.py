@@ -1,5 +1,5 @@
 """``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
-[--seed N] [--steps S] [--speed X] [--prompt REF.wav --prompt-text "what REF says"]``.
+[--seed N] [--steps S] [--speed X] [--cfg-scale W] [--prompt REF.wav --prompt-text "what REF says"]``.
 
 ``--stream`` writes the file as audio is decoded (a reader can follow it) and reports the time to first audio;
 without it the file is written once at the end (Luna decodes a sentence at a time, so its stream comes in
@@ -7,7 +7,8 @@ sentences; Luna Realtime streams one 1.28 s block at a time). ``--steps`` (MaskG
 16 and 8 faster; per block for Realtime, 8 by default) and ``--speed`` (> 1 faster) apply to Luna models only, and
 ``--speed`` not to Realtime, which ends by its learned end of speech; elsewhere (Gepard decodes one frame at a time
 and has no length to scale) they are refused with an error rather than silently ignored. Text ``-`` is read from
-standard input. Bad input (empty text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be
+standard input. ``--cfg-scale`` sets classifier-free guidance for every family (1 = off; Luna's default 2, Gepard's
+1; a Gepard trained without text dropout has no unconditional path and refuses another scale). Bad input (empty text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be
 written) ends with one line on stderr and exit code 2, before any model is loaded where possible.
 
 ``--prompt`` with ``--prompt-text`` clones the voice of a reference clip (Luna only: the clip's codes and its
@@ -45,6 +46,9 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="Luna only: refinement steps (default 32; 16, 8 faster; Realtime: per block, default 8)")
     p.add_argument("--speed", type=float, default=None, help="Luna only: speaking rate (1 as predicted, 2 faster)")
+    p.add_argument("--cfg-scale", type=float, default=None,
+                   help="classifier-free guidance scale (1 = off; Luna's default 2; Gepard: 1, and only a model "
+                        "trained with --text-dropout takes another)")
     p.add_argument("--prompt", default=None,
                    help="Luna only: a reference clip whose voice to clone (with --prompt-text)")
     p.add_argument("--prompt-text", default=None, help="what the --prompt clip says")
@@ -116,7 +120,8 @@ def run_speak(args: argparse.Namespace) -> int:
 
         clip, _ = load_audio(luna_only["prompt"], sample_rate=speaker.sample_rate)
         luna_only["prompt"] = speaker.voice_prompt(clip, args.prompt_text)
-    options = dict(voice=args.voice, seed=args.seed, temperature=args.temperature, top_k=args.top_k, **luna_only)
+    options = dict(voice=args.voice, seed=args.seed, temperature=args.temperature, top_k=args.top_k,
+                   cfg_scale=args.cfg_scale, **luna_only)
     started = time.perf_counter()
     if args.stream:
         first, samples, ended = None, 0, []

@@ -58,9 +58,12 @@ class GepardSpeaker:
         loaded = load_gepard(path, device=device)
         return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device))
 
-    def _check(self, text: str, voice: str | None) -> list[str]:
+    def _check(self, text: str, voice: str | None, cfg_scale: float | None = None) -> list[str]:
         if voice is not None and voice not in self.voices:
             raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
+        if cfg_scale is not None and cfg_scale != 1.0 and self.model.config.text_dropout_prob == 0:
+            raise DuetError(f"{self.name} was trained without text dropout, so it has no unconditional path for "
+                            "classifier-free guidance (train with duet train gepard --text-dropout 0.1)")
         pieces = split_sentences(text, self.config.max_chars)
         if not pieces:
             raise DuetError("the text is empty")
@@ -74,18 +77,21 @@ class GepardSpeaker:
         ids = encode_prompt(piece, self.tokenizer, language=self.config.language)
         device = self.model.embed_tokens.weight.device
         prompt = GepardPrompt(torch.tensor([ids], dtype=torch.long, device=device))  # (1, S)
-        return stream(self.model, prompt, config=sampling, fsq=self.fsq)  # yields (1, G) packed frames
+        uncond = prompt.unconditional() if sampling.cfg_scale != 1.0 else None
+        return stream(self.model, prompt, config=sampling, uncond_prompt=uncond, fsq=self.fsq)  # yields (1, G)
 
     def stream(self, text: str, *, voice: str | None = None, seed: int | None = None,
-               temperature: float | None = None, top_k: int | None = None,
+               temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
                ended: list[str] | None = None) -> Iterator[np.ndarray]:
-        """Audio chunks (float32 (s,)) as frames are decoded; ``ended`` (if given) collects how each piece ended."""
-        pieces = self._check(text, voice)
+        """Audio chunks (float32 (s,)) as frames are decoded; ``ended`` (if given) collects how each piece ended.
+        ``cfg_scale`` w != 1 runs two-pass CFG (a model trained with text dropout only)."""
+        pieces = self._check(text, voice, cfg_scale)
         gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
         for i, piece in enumerate(pieces):
             if i:
                 yield gap
-            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k))
+            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k,
+                                                            cfg_scale=cfg_scale))
             decoder = self.codec.stream_decoder()
             pending: list[torch.Tensor] = []
             for frame in generation:
@@ -104,14 +110,15 @@ class GepardSpeaker:
                 ended.append(generation.result.ended[0])
 
     def speak(self, text: str, *, voice: str | None = None, seed: int | None = None,
-              temperature: float | None = None, top_k: int | None = None) -> Speech:
+              temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None) -> Speech:
         """The whole utterance at once: each piece's frames decoded in one codec call."""
-        pieces = self._check(text, voice)
+        pieces = self._check(text, voice, cfg_scale)
         gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
         audio: list[np.ndarray] = []
         ended: list[str] = []
         for i, piece in enumerate(pieces):
-            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k))
+            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k,
+                                                            cfg_scale=cfg_scale))
             frames = [frame[:, :, None] for frame in generation]  # T x (1, G, 1)
             ended.append(generation.result.ended[0])
             if i:

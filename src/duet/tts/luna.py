@@ -112,11 +112,11 @@ class LunaSpeaker(LunaFamilySpeaker):
 
     # ---- checks (eager: before any decoding) ------------------------------------------------------------------
     def _check(self, text: str, voice: str | None, steps: int | None, speed: float | None, temperature: float | None,
-               top_k: int | None) -> tuple[list[str], DecodeConfig, float]:
+               top_k: int | None, cfg_scale: float | None) -> tuple[list[str], DecodeConfig, float]:
         if voice is not None and voice not in self.voices:
             raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
-        overrides = {k: v for k, v in (("steps", steps), ("temperature", temperature), ("top_k", top_k))
-                     if v is not None}
+        overrides = {k: v for k, v in (("steps", steps), ("temperature", temperature), ("top_k", top_k),
+                                       ("cfg_scale", cfg_scale)) if v is not None}
         decode = replace(self.config.decode, **overrides)  # DecodeConfig refuses steps < 1 with a DuetError
         speed = self.config.speed if speed is None else speed
         if not (math.isfinite(speed) and speed > 0):
@@ -193,10 +193,11 @@ class LunaSpeaker(LunaFamilySpeaker):
     # ---- the speaker surface ----------------------------------------------------------------------------------
     def stream(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
                speed: float | None = None, temperature: float | None = None, top_k: int | None = None,
-               prompt: VoicePrompt | None = None, ended: list[str] | None = None) -> Iterator[np.ndarray]:
+               cfg_scale: float | None = None, prompt: VoicePrompt | None = None,
+               ended: list[str] | None = None) -> Iterator[np.ndarray]:
         """Audio chunks (float32 (s,)): each piece's audio once decoded, with the gaps between pieces as chunks.
         ``ended`` (if given) collects how each piece ended. Input is checked here, not at the first chunk."""
-        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k)
+        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k, cfg_scale)
         gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
 
         def chunks() -> Iterator[np.ndarray]:
@@ -211,10 +212,10 @@ class LunaSpeaker(LunaFamilySpeaker):
 
     def speak(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
               speed: float | None = None, temperature: float | None = None, top_k: int | None = None,
-              prompt: VoicePrompt | None = None) -> Speech:
+              cfg_scale: float | None = None, prompt: VoicePrompt | None = None) -> Speech:
         """The whole utterance: every piece decoded, joined with ``gap_seconds`` of silence; ``prompt`` clones
         the voice of a :meth:`voice_prompt`."""
-        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k)
+        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k, cfg_scale)
         gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
         audio: list[np.ndarray] = []
         ended: list[str] = []

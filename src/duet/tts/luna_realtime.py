@@ -77,11 +77,11 @@ class RealtimeSpeaker(LunaFamilySpeaker):
 
     # ---- checks (eager: before any decoding) ------------------------------------------------------------------
     def _check(self, text: str, voice: str | None, steps: int | None, temperature: float | None,
-               top_k: int | None) -> tuple[list[str], StreamConfig]:
+               top_k: int | None, cfg_scale: float | None) -> tuple[list[str], StreamConfig]:
         if voice is not None and voice not in self.voices:
             raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
-        overrides = {k: v for k, v in (("steps", steps), ("temperature", temperature), ("top_k", top_k))
-                     if v is not None}
+        overrides = {k: v for k, v in (("steps", steps), ("temperature", temperature), ("top_k", top_k),
+                                       ("cfg_scale", cfg_scale)) if v is not None}
         stream = self.config.stream
         stream = replace(stream, decode=replace(stream.decode, **overrides))  # DecodeConfig refuses bad values
         pieces = split_sentences(text, self.config.max_chars)
@@ -103,11 +103,11 @@ class RealtimeSpeaker(LunaFamilySpeaker):
 
     # ---- the stream ---------------------------------------------------------------------------------------------
     def chunks(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-               temperature: float | None = None, top_k: int | None = None,
+               temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
                ended: list[str] | None = None) -> Iterator[StreamChunk]:
         """Every piece's ``StreamChunk``s in order (codes (Q, n) and audio (n x samples per frame,), one per block;
         ``index`` restarts at each piece). ``ended`` collects "stop" or "bound" per piece. Checks input eagerly."""
-        pieces, stream = self._check(text, voice, steps, temperature, top_k)
+        pieces, stream = self._check(text, voice, steps, temperature, top_k, cfg_scale)
         device = self.duration.head.weight.device
 
         def run() -> Iterator[StreamChunk]:
@@ -124,12 +124,12 @@ class RealtimeSpeaker(LunaFamilySpeaker):
         return run()
 
     def stream(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-               temperature: float | None = None, top_k: int | None = None,
+               temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
                ended: list[str] | None = None) -> Iterator[np.ndarray]:
         """Audio chunks (float32 (s,)): each block's audio as soon as it is committed, the gaps between pieces as
         chunks of their own. Input is checked here, not at the first chunk."""
         chunks = self.chunks(text, voice=voice, seed=seed, steps=steps, temperature=temperature, top_k=top_k,
-                             ended=ended)
+                             cfg_scale=cfg_scale, ended=ended)
         gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
 
         def audio() -> Iterator[np.ndarray]:
@@ -141,11 +141,11 @@ class RealtimeSpeaker(LunaFamilySpeaker):
         return audio()
 
     def speak(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-              temperature: float | None = None, top_k: int | None = None) -> Speech:
+              temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None) -> Speech:
         """The whole utterance: the same chunks as ``stream``, joined."""
-        pieces, _ = self._check(text, voice, steps, temperature, top_k)
+        pieces, _ = self._check(text, voice, steps, temperature, top_k, cfg_scale)
         ended: list[str] = []
         parts = list(self.stream(text, voice=voice, seed=seed, steps=steps, temperature=temperature, top_k=top_k,
-                                 ended=ended))
+                                 cfg_scale=cfg_scale, ended=ended))
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         return Speech(audio.astype(np.float32), self.sample_rate, tuple(pieces), tuple(ended))

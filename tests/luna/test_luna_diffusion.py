@@ -80,6 +80,10 @@ def test_loss_matches_naive_per_cell_loop():
         if masked[b, i, q]
     ]
     assert math.isclose(float(out.masked_ce), sum(ce) / len(ce), rel_tol=1e-5)
+    for q in range(Q):  # per codebook (the first is logged as first_ce)
+        ce_q = [float(-(logits[b, i, q].log_softmax(0)[int(target[b, i, q])]))
+                for b in range(B) for i in range(T) if masked[b, i, q]]
+        assert math.isclose(float(out.codebook_ce[q]), sum(ce_q) / len(ce_q), rel_tol=1e-5)
 
 
 def test_padding_marked_masked_is_ignored():

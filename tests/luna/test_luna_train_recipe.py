@@ -129,7 +129,8 @@ def test_train_resume_export_load(corpus, tmp_path):
     torch.manual_seed(123)
     b = train_luna(None, tmp_path / "b", resume=True, progress=False)  # config and tokenizer from the run
     assert a.step == b.step == 8 and a.skipped_steps == 0
-    keys = ("loss", "diffusion", "duration_ce", "length_err", "val_loss", "val_length_err")
+    keys = ("loss", "diffusion", "duration_ce", "length_err", "first_ce", "val_loss", "val_length_err",
+            "val_first_ce")
     la = [tuple(r.get(k) for k in ("step",) + keys) for r in read_metrics(tmp_path / "a" / "metrics.jsonl")]
     lb = [tuple(r.get(k) for k in ("step",) + keys) for r in read_metrics(tmp_path / "b" / "metrics.jsonl")]
     assert la == lb and len(la) > 8

@@ -6,7 +6,8 @@
   predictor's bin cross-entropy on the recipe's approximate per-token targets (``duet.luna.data``).
 - logged: ``diffusion`` (the 1/t-weighted loss, nats per target cell), ``masked_ce`` and ``masked_acc`` (plain CE and
   argmax accuracy over masked cells; 0 for a batch in which no cell was masked, which only a tiny batch at a tiny
-  noise level produces), ``duration_ce``, ``length_err`` (mean |predicted T - true T| / T: what decoding will use).
+  noise level produces), ``first_ce`` (the plain CE of the first codebook alone: the coarse codes that carry most
+  of what is said; the deeper ones sit near their unigram entropy for a long time), ``duration_ce``, ``length_err`` (mean |predicted T - true T| / T: what decoding will use).
 - randomness: every draw of the forward process (prompt cuts, text dropout, noise levels, masks) comes from the
   objective's own generator, which the loop seeds per rank and saves in every checkpoint, so a resumed run takes the
   same draws as an uninterrupted one.
@@ -49,7 +50,7 @@ class LunaDiffusion(Objective):
         d = out.diffusion
         loss = d.loss + self.duration_weight * out.duration
         return loss, {"diffusion": d.loss.detach(), "masked_ce": torch.nan_to_num(d.masked_ce, nan=0.0),
-                      "masked_acc": torch.nan_to_num(d.masked_accuracy, nan=0.0),
+                      "masked_acc": torch.nan_to_num(d.masked_accuracy, nan=0.0), "first_ce": d.codebook_ce[0],
                       "duration_ce": out.duration.detach(), "length_err": out.length_error}
 
     def _forward(self, model: nn.Module, batch: Any, diffusion: DiffusionConfig, generator: torch.Generator) -> Any:

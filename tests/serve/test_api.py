@@ -250,3 +250,14 @@ def test_adapter_close_runs_when_the_server_stops():
         assert client.get("/health").status_code == 200
         assert closed == []
     assert closed == [False]
+
+
+def test_fields_a_request_leaves_out_take_the_models_defaults():
+    from duet.serve.sampling import SamplingParams
+
+    client, _, adapter = client_for(MockConfig(params=SamplingParams(temperature=0.5, top_k=7)))
+    with client:
+        assert speech(client, response_format="pcm").status_code == 200
+        assert (adapter.prefilled[-1].params.temperature, adapter.prefilled[-1].params.top_k) == (0.5, 7)
+        assert speech(client, response_format="pcm", temperature=1.0).status_code == 200
+        assert (adapter.prefilled[-1].params.temperature, adapter.prefilled[-1].params.top_k) == (1.0, 7)

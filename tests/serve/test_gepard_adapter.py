@@ -132,3 +132,10 @@ def test_gepard_through_the_http_api(model):
                                                   "max_frames": 5, "stop_threshold": 0.999, "seed": 1})
         assert r.status_code == 200 and len(r.content) == 5 * 320 * 2
         assert client.post("/v1/audio/speech", json={"model": "micro", "input": "hi", "speed": 2}).status_code == 400
+
+
+def test_served_defaults_are_what_duet_speak_samples_with(model):
+    from duet.tts.gepard import SpeakConfig
+
+    params, speak = adapter_for(model).default_params, SpeakConfig().sampling
+    assert (params.temperature, params.top_k) == (speak.temperature, speak.top_k) != (1.0, 0)

@@ -168,8 +168,9 @@ class EngineSynthesizer:
 
     def __init__(self, adapter: Any, options: SynthOptions = SynthOptions(), params: Any = None,
                  timeout_s: float = 600.0):
+        from dataclasses import replace
+
         from duet.serve.engine import Engine, EngineConfig
-        from duet.serve.sampling import SamplingParams
         from duet.serve.scheduler import SchedulerConfig
 
         if options.cfg_scale is not None:
@@ -179,7 +180,7 @@ class EngineSynthesizer:
         self.name = adapter.name
         self.batch_size = options.batch_size
         self.seed = options.seed
-        self.params = params or SamplingParams(steps=options.steps)
+        self.params = params or replace(adapter.default_params, steps=options.steps)
         self.timeout_s = timeout_s
         self.engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=options.batch_size,
                                                                               max_waiting=options.batch_size)))

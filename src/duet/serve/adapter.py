@@ -58,6 +58,7 @@ class ModelAdapter(Protocol):
     voices: tuple[str, ...]  # built-in speakers; the first is the default
     supports_cloning: bool
     max_frames: int  # hard length bound of one request (the adapter's position budget)
+    default_params: SamplingParams  # what a request samples with where it sets no field (the API fills the rest)
     cache_bytes_per_position: int  # KV-cache bytes one cached position costs (all layers, keys and values)
 
     def validate(self, request: SynthesisRequest) -> None:

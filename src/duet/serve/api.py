@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable
 
 import numpy as np
@@ -40,7 +40,6 @@ from duet.serve.adapter import SynthesisRequest
 from duet.serve.engine import Engine, RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
 from duet.serve.metrics import Metrics
-from duet.serve.sampling import SamplingParams
 from duet.serve.schemas import (RESPONSE_FORMATS, STREAMABLE_FORMATS, SpeechRequest, audio_delta, audio_done,
                                 error_body, sse)
 from duet.serve.web import ROUTES as WEB_ROUTES
@@ -343,7 +342,7 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
         voice = adapter.voices[0]
     given = {name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None}
     return SynthesisRequest(text=req.input, voice=voice, instructions=req.instructions, speed=req.speed,
-                            reference=reference, params=SamplingParams(**given))
+                            reference=reference, params=replace(adapter.default_params, **given))
 
 
 # --- response bodies ------------------------------------------------------------------------------------------------

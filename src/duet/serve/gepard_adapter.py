@@ -18,6 +18,9 @@ A request whose stop probability exceeds its threshold is not fed (the engine dr
 so a request never holds more than ``prompt + max_frames`` positions: exactly what the engine reserved. The pool
 itself holds ``slots x capacity`` positions, capacity being the longest reservation seen, growing by doubling.
 
+A request's unset sampling fields take ``GepardServeConfig.params``: temperature 0.8 and top-k 50, what ``duet speak``
+samples with (``duet.gepard.generate.SPEAK_SAMPLING``), not the plain temperature 1 a tiny model stumbles on.
+
 Divergences, named: frames are drawn by Gumbel-max (``duet.serve.sampling``), not ``torch.multinomial`` as in
 ``duet.gepard.generate``, so a seed does not reproduce the offline sampler's frames (greedy decoding does: see
 ``tests/serve/test_gepard_adapter.py``); CFG (two-pass) is not served (the report distils it into the weights,
@@ -39,13 +42,13 @@ from transformers.cache_utils import DynamicCache
 from duet.codecs.base import Codec
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
-from duet.gepard.generate import SamplingConfig, frame_bound
+from duet.gepard.generate import SPEAK_SAMPLING, SamplingConfig, frame_bound
 from duet.gepard.heads import pad_channels
 from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel
 from duet.nn.backbone import run_backbone
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
-from duet.serve.sampling import sample_frames
+from duet.serve.sampling import SamplingParams, sample_frames
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class GepardServeConfig:
     frames_per_token: float = SamplingConfig.frames_per_token  # default length bound, as duet.gepard.generate
     margin_frames: int = SamplingConfig.margin_frames
     max_frames: int = SamplingConfig.max_frames
+    # request defaults: the sampling `duet speak` uses (the fields a request sets replace these)
+    params: SamplingParams = SamplingParams(temperature=SPEAK_SAMPLING.temperature, top_k=SPEAK_SAMPLING.top_k)
 
 
 def text_encoder(tokenizer) -> Callable[[SynthesisRequest], list[int]]:
@@ -135,6 +140,7 @@ class GepardAdapter:
         self.voices = cfg.voices
         self.supports_cloning = False
         self.max_frames = cfg.max_frames
+        self.default_params = cfg.params
         bb = mcfg.backbone
         self._dtype = self.model.embed_tokens.weight.dtype
         self._device = self.model.embed_tokens.weight.device

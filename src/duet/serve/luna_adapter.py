@@ -61,6 +61,7 @@ from duet.luna.duration import DurationPredictor, total_frames
 from duet.luna.model import LunaInputs, LunaModel, pad_right
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
+from duet.serve.sampling import SamplingParams
 from duet.tts.luna import LunaSpeakConfig
 
 
@@ -169,6 +170,7 @@ class LunaAdapter:
         self.voices = cfg.voices
         self.supports_cloning = False
         self.max_frames = min(cfg.max_frames, mcfg.backbone.max_positions - 1)
+        self.default_params = SamplingParams(temperature=cfg.decode.temperature, top_k=cfg.decode.top_k)
         self._device = self.model.audio_heads.weight.device
         itemsize = self.model.audio_heads.weight.element_size()
         rows = 2 if cfg.decode.cfg_scale != 1.0 else 1  # CFG: a conditional and an unconditional row per request

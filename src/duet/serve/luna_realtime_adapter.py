@@ -62,6 +62,7 @@ from duet.luna.decode import DecodeConfig, guide, unmask_step
 from duet.luna.stream import KVBlockSession, end_frame
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
+from duet.serve.sampling import SamplingParams
 from duet.serve.luna_adapter import PerRequest, refuse_unsupported, request_decode_config
 from duet.tts.luna_realtime import RealtimeSpeaker
 
@@ -115,6 +116,8 @@ class LunaRealtimeAdapter:
         self._stream = self.speaker.config.stream  # default steps, CFG, end threshold, max_frames
         backbone = self.model.config.luna.backbone
         self.max_frames = min(self._stream.max_frames, backbone.max_positions - 1)
+        self.default_params = SamplingParams(temperature=self._stream.decode.temperature,
+                                             top_k=self._stream.decode.top_k)
         self.block_size = self.model.block_size
         weight = self.model.luna.audio_heads.weight
         self._device = weight.device

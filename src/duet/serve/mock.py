@@ -26,7 +26,7 @@ import torch
 from duet.codecs.base import DecodeResult, EncodeResult
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
-from duet.serve.sampling import channel_logit_mask, sample_frames
+from duet.serve.sampling import SamplingParams, channel_logit_mask, sample_frames
 
 GEPARD_CHANNEL_LEVELS = (8, 7, 6, 6) * 8
 
@@ -47,6 +47,7 @@ class MockConfig:
     step_delay_s: float = 0.0  # sleep per step, to imitate compute (disconnect and queueing tests)
     supports_cloning: bool = True
     supports_speed: bool = True
+    params: SamplingParams = SamplingParams()  # request defaults
     min_speed: float = 0.25
     max_speed: float = 4.0
 
@@ -142,6 +143,7 @@ class MockAdapter:
         self.voices = cfg.voices
         self.supports_cloning = cfg.supports_cloning
         self.max_frames = cfg.max_frames
+        self.default_params = cfg.params
         self.cache_bytes_per_position = cfg.cache_bytes_per_position
         self._script = self.script or default_script(cfg)
         self._mask = channel_logit_mask(cfg.channel_levels)  # (C, V)

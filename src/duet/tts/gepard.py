@@ -20,7 +20,7 @@ from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
 from duet.gepard.checkpoint import LoadedGepard, load_gepard
 from duet.gepard.data import encode_prompt
-from duet.gepard.generate import STOP, SamplingConfig, stream
+from duet.gepard.generate import SPEAK_SAMPLING, STOP, SamplingConfig, stream
 from duet.gepard.model import GepardPrompt
 from duet.text.sentences import split_sentences
 from duet.tts.speech import Speech
@@ -28,7 +28,7 @@ from duet.tts.speech import Speech
 
 @dataclass(frozen=True)
 class SpeakConfig:
-    sampling: SamplingConfig = SamplingConfig(temperature=0.8, top_k=50)
+    sampling: SamplingConfig = SPEAK_SAMPLING
     max_chars: int = 200  # longest piece of text per generation
     gap_seconds: float = 0.15  # silence between pieces
     chunk_frames: int = 4  # frames per streamed push into the codec decoder

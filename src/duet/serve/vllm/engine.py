@@ -205,7 +205,10 @@ class VLLMGepardAdapter:
         from duet.codecs.fsq import FSQConfig, GroupFSQ
         from duet.gepard.generate import SamplingConfig
 
+        from duet.serve.gepard_adapter import GepardServeConfig
+
         self.vllm, self.codec, self.name, self.voices = vllm, codec, name, voices
+        self.default_params = GepardServeConfig().params  # the built-in engine's Gepard defaults
         self.fsq = GroupFSQ(FSQConfig())
         if tuple(self.fsq.config.channel_levels) != vllm.levels:
             raise DuetError("the FSQ packing does not match the model's channel levels")

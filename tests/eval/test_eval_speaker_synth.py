@@ -47,7 +47,8 @@ def test_luna_clones_each_prompt_at_the_items_seed(tmp_path):
 @pytest.mark.parametrize("family", ["gepard", "realtime"])
 def test_speakers_without_cloning_speak_the_target_text(family, tmp_path):
     if family == "gepard":
-        model_dir, options, kwargs = write_tiny_gepard(tmp_path / "m"), SynthOptions(seed=3), {}
+        model_dir, options = write_tiny_gepard(tmp_path / "m"), SynthOptions(seed=3, temperature=0.5, top_k=3)
+        kwargs = {"temperature": 0.5, "top_k": 3}
     else:
         model_dir = write_tiny_luna_realtime(tmp_path / "m")
         options, kwargs = SynthOptions(seed=3, steps=2, cfg_scale=1.0), {"steps": 2, "cfg_scale": 1.0}
@@ -69,3 +70,13 @@ def test_bad_specs_are_clear_errors(tmp_path):
         SynthOptions(steps=0)
     with pytest.raises(DuetError, match="speaker:"):  # the engine has no per-request guidance scale
         load_synthesizer("mock", SynthOptions(cfg_scale=2.0))
+    with pytest.raises(DuetError, match="temperature"):
+        SynthOptions(temperature=-1.0)
+
+
+def test_engine_runs_take_the_models_sampling_defaults_where_unset():
+    from duet.serve.sampling import SamplingParams
+
+    synth = load_synthesizer("mock", SynthOptions(temperature=0.0))
+    assert synth.params == SamplingParams(temperature=0.0)  # the mock's top_k default (0) kept
+    synth.close()

@@ -90,6 +90,8 @@ def _register_sets_and_runs(evsub) -> None:
     run.add_argument("--steps", type=int, default=None, help="refinement steps of diffusion models (Luna: 32|16|8)")
     run.add_argument("--cfg-scale", type=float, default=None,
                      help="classifier-free guidance scale for --model speaker:NAME (1 = off; default: the model's)")
+    run.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the model's)")
+    run.add_argument("--top-k", type=int, default=None, help="sampling top-k, 0 = off (default: the model's)")
     run.add_argument("--limit", type=int, default=None, help="only the first N items of the set")
     run.add_argument("--metrics", default=",".join(_METRICS),
                      help=f"comma-separated subset of {','.join(_METRICS)} (default: all)")
@@ -165,7 +167,8 @@ def run_run(args: argparse.Namespace) -> int:
     config = RunConfig(
         model=args.model, test_set=args.test_set, out_dir=args.out,
         synth=SynthOptions(batch_size=args.batch_size, device=args.device, seed=args.seed,
-                           steps=args.steps, cfg_scale=args.cfg_scale),
+                           steps=args.steps, cfg_scale=args.cfg_scale, temperature=args.temperature,
+                           top_k=args.top_k),
         score=ScoreConfig(metrics=metrics, asr_model=str(args.asr_model) if args.asr_model else None,
                           speaker=args.speaker_model, late_factor=args.late_factor, device=args.device),
         limit=args.limit, progress=not args.no_progress)

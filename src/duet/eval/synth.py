@@ -69,12 +69,22 @@ class SynthOptions:
     seed: int = 0
     steps: int | None = None  # refinement steps of diffusion models (Luna); None = the model's default
     cfg_scale: float | None = None  # classifier-free guidance w (speaker: models only); None = the model's default
+    temperature: float | None = None  # sampling temperature; None = the model's default
+    top_k: int | None = None  # sampling truncation (0 = off); None = the model's default
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise DuetError(f"batch size must be at least 1, got {self.batch_size}")
         if self.steps is not None and self.steps < 1:
             raise DuetError(f"steps must be at least 1, got {self.steps}")
+        if self.temperature is not None and not 0 <= self.temperature <= 10:
+            raise DuetError(f"temperature must lie in [0, 10], got {self.temperature}")
+        if self.top_k is not None and self.top_k < 0:
+            raise DuetError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+
+    def given(self, *names: str) -> dict[str, Any]:
+        """The named sampling options that were set (the rest stay the model's defaults)."""
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
 
 
 class Synthesizer(Protocol):
@@ -180,7 +190,7 @@ class EngineSynthesizer:
         self.name = adapter.name
         self.batch_size = options.batch_size
         self.seed = options.seed
-        self.params = params or replace(adapter.default_params, steps=options.steps)
+        self.params = params or replace(adapter.default_params, **options.given("steps", "temperature", "top_k"))
         self.timeout_s = timeout_s
         self.engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=options.batch_size,
                                                                               max_waiting=options.batch_size)))
@@ -253,7 +263,7 @@ class SpeakerSynthesizer:
         self.name = name
         self.seed = options.seed
         # only the options given: a speaker without steps (Gepard) refuses the keyword
-        self.options = {k: v for k, v in (("steps", options.steps), ("cfg_scale", options.cfg_scale)) if v is not None}
+        self.options = options.given("steps", "cfg_scale", "temperature", "top_k")
         self.clones = hasattr(speaker, "voice_prompt")
 
     def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:

@@ -12,7 +12,7 @@ compute as a trained model of that shape, nothing about quality.
 
 Length. By default every run is exactly ``--seconds`` of audio: the end head is silenced (its bias set to -30) and the
 bound is ``--seconds`` x the frame rate, so every run does the same work whatever the weights. ``--learned-end``
-(with ``--model``) lets the trained end head stop the utterance instead (bound: twice the duration predictor's length
+(with ``--model``) lets the trained end head stop the utterance instead (floor and bound: 0.8x and twice the duration predictor's length
 + one block, the speaker's default), and the audio length is whatever the model made.
 
 One run = ``RealtimeSpeaker.chunks`` over one sentence, through the same code path as ``duet speak --stream``:

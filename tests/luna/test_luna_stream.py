@@ -60,6 +60,10 @@ def test_end_frame_is_the_first_frame_over_threshold():
     assert end_frame(torch.tensor([-3.0, -1.0])) == 2  # none: the whole block is speech
     assert end_frame(torch.tensor([0.5, 3.0]), threshold=0.7) == 1  # sigmoid(0.5) = 0.62
     assert end_frame(torch.tensor([1.0, 3.0])) == 0
+    assert end_frame(torch.tensor([1.0, 3.0, -2.0, 4.0]), first=1) == 1  # frames before first are speech
+    assert end_frame(torch.tensor([1.0, 3.0, -2.0, 4.0]), first=2) == 3
+    assert end_frame(torch.tensor([1.0, 3.0]), first=5) == 2  # the floor lies past the block: no end in it
+    assert end_frame(torch.tensor([1.0, 3.0]), first=-3) == 0  # a floor already passed changes nothing
 
 
 @pytest.mark.parametrize("end,chunks", [(10, [4, 4, 2]), (8, [4, 4, 0]), (3, [3]), (0, [0])])

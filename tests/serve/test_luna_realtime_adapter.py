@@ -129,8 +129,9 @@ def test_solo_request_through_the_engine_equals_the_speaker_at_its_bound(adapter
 
 def test_solo_request_ending_on_the_end_head_equals_the_speaker(tmp_path_factory, monkeypatch):
     model_dir = write(tmp_path_factory, "midway", 0.003)  # on these weights the end head fires in a later block
-    adapter = load_luna_realtime_adapter(str(model_dir))
-    speaker = RealtimeSpeaker.from_pretrained(model_dir)
+    config = replace(RealtimeSpeaker.from_pretrained(model_dir).config, floor_factor=None)  # the end head alone
+    adapter = LunaRealtimeAdapter(RealtimeSpeaker.from_pretrained(model_dir, config=config))
+    speaker = RealtimeSpeaker.from_pretrained(model_dir, config=config)
     log = recording(adapter, monkeypatch)
     req = request(MID, seed=1, steps=3)
     with Engine(adapter) as engine:
@@ -188,8 +189,14 @@ def test_batched_engine_audio_equals_solo_audio(adapter):
 
 
 def test_end_of_speech_at_once_stops_with_no_frames(tmp_path_factory, adapter):
-    at_once = load_luna_realtime_adapter(str(write(tmp_path_factory, "at-once", 20.0)))
-    with Engine(at_once) as engine:
+    model_dir = write(tmp_path_factory, "at-once", 20.0)
+    speaker = RealtimeSpeaker.from_pretrained(model_dir)
+    floor = speaker.floor_for(encode_text(MID, speaker.tokenizer))
+    with Engine(LunaRealtimeAdapter(speaker)) as engine:  # the default floor: speech until floor_for, then the end
+        _, finish = engine.submit(request(MID, seed=0, steps=3)).collect(timeout=60)
+    assert finish.reason == "stop" and finish.frames == floor > BK
+    speaker.config = replace(speaker.config, floor_factor=None)  # the end head alone
+    with Engine(LunaRealtimeAdapter(speaker)) as engine:
         audio, finish = engine.submit(request(MID, seed=0, steps=3)).collect(timeout=60)
         assert engine.stats().steps == 1  # the end head is read at the first block's first step
     assert finish.reason == "stop" and finish.frames == 0 and audio.size == 0

@@ -65,6 +65,7 @@ def test_the_bound_follows_the_duration_predictor(model_dir):
 
 def test_the_learned_end_stops_a_piece(tmp_path):
     speaker = duet.load(write_tiny_luna_realtime(tmp_path, end_bias=20.0))  # "past the end" from the first frame
+    speaker.config = replace(speaker.config, floor_factor=None)  # the end head alone
     ended: list[str] = []
     chunks = list(speaker.stream("Hello there. Good morning.", seed=0, ended=ended))
     gap = round(speaker.config.gap_seconds * speaker.sample_rate)
@@ -131,3 +132,16 @@ def test_cfg_scale_reaches_the_block_decoder(speaker, monkeypatch):
     speaker.speak("Hello there.", seed=3, steps=2)  # the default scale (2)
     speaker.speak("Hello there.", seed=3, steps=2, cfg_scale=1.0)
     assert guidance == [True, False]
+
+
+def test_no_end_before_the_floor(tmp_path):
+    """An end head that fires from the first frame still lets floor_factor x the predicted frames through, across
+    block boundaries (blocks of 4); the engine adapter's floor: tests/serve/test_luna_realtime_adapter.py."""
+    speaker = duet.load(write_tiny_luna_realtime(tmp_path, end_bias=20.0))
+    speaker.config = replace(speaker.config, floor_factor=0.75)
+    ids = encode_text("Good morning.", speaker.tokenizer)
+    floor = speaker.floor_for(ids)
+    assert floor == int(np.floor(0.75 * speaker.predicted_frames(ids))) and floor % 4 != 0 and floor > 4
+    ended: list[str] = []
+    chunks = list(speaker.chunks("Good morning.", seed=0, steps=1, ended=ended))
+    assert sum(c.codes.shape[1] for c in chunks) == floor and ended == ["stop"]

@@ -54,10 +54,13 @@ class StreamConfig:
     decode: DecodeConfig = DecodeConfig(steps=8)  # S per block; §5.2 deploys 8 steps; sampling and CFG as Luna's
     max_frames: int = 750  # serving bound on the whole utterance (30 s at 25 Hz; §2.6.2 "an explicit maximum")
     end_threshold: float = 0.5  # a frame is past the end when the end head's probability exceeds this
+    min_frames: int = 0  # floor: the end head is not read before this frame of the utterance (0: from the start)
 
     def __post_init__(self) -> None:
         if self.max_frames <= 0:
             raise DuetError(f"max_frames must be positive, got {self.max_frames}")
+        if self.min_frames < 0:
+            raise DuetError(f"min_frames must be >= 0, got {self.min_frames}")
         if not 0.0 < self.end_threshold < 1.0:
             raise DuetError(f"end_threshold must lie in (0, 1), got {self.end_threshold}")
 
@@ -96,9 +99,11 @@ class BlockSession(Protocol):
         ...
 
 
-def end_frame(end_logits: torch.Tensor, threshold: float = 0.5) -> int:
-    """end_logits (B_k,) -> the first frame whose end probability exceeds ``threshold``, or B_k if none does."""
+def end_frame(end_logits: torch.Tensor, threshold: float = 0.5, first: int = 0) -> int:
+    """end_logits (B_k,) -> the first frame at or after ``first`` whose end probability exceeds ``threshold``, or
+    B_k if none does (frames before ``first`` are speech whatever the head says: the utterance's floor)."""
     past = torch.sigmoid(end_logits.float()) > threshold  # (B_k,)
+    past[: max(first, 0)] = False
     hits = past.nonzero()
     return int(hits[0, 0]) if hits.numel() else end_logits.shape[0]
 
@@ -122,7 +127,8 @@ def stream_blocks(
             out = session.step(tokens.expand(rows, -1, -1))
             if s == 1:
                 tokens, still = tokens.to(out.codes.device), still.to(out.codes.device)  # the session's device
-                e_model = end_frame(out.end[0], cfg.end_threshold)  # conditional row: CFG is on codes only
+                # conditional row (CFG is on codes only); no end before the utterance's floor
+                e_model = end_frame(out.end[0], cfg.end_threshold, cfg.min_frames - produced)
                 e = min(e_model, room)
                 still[:, :e] = True  # frames past the end stay masked: how training shows them
                 num_cells = still.flatten(1).sum(dim=1)  # (1,)

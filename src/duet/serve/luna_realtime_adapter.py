@@ -26,7 +26,8 @@ How a request ends (the engine's reasons, ``engine.py``):
 
 Bound: ``RealtimeSpeaker.bound_for`` (the speaker's ``bound_factor`` x the duration predictor's frames + one block,
 at most ``StreamConfig.max_frames`` and what the model's positions leave after the text); a request's ``max_frames``
-replaces it (at most the positions left).
+replaces it (at most the positions left). Floor: ``RealtimeSpeaker.floor_for`` (the end head is not read before the
+speaker's ``floor_factor`` x the predicted frames), as the speaker does.
 
 Batching, named: requests run one after another inside an engine step, not in one batched forward pass. Each
 ``KVBlockSession`` holds its own transformers cache whose length (conditions + committed blocks) differs per request,
@@ -78,6 +79,7 @@ class _Plan:
     ids: list[int]  # wrapped text ids (S,)
     predicted: int  # frames the duration predictor expects for the text (rounded)
     bound: int  # RealtimeSpeaker.bound_for(ids)
+    floor: int  # RealtimeSpeaker.floor_for(ids): no end of speech before this frame
 
 
 @dataclass(eq=False)
@@ -87,6 +89,7 @@ class RealtimeState:
     decode: DecodeConfig
     generator: torch.Generator
     max_frames: int  # the request's bound
+    min_frames: int = 0  # the request's floor (the end head is not read before it)
     produced: int = 0  # frames handed out
     blocks: int = 0  # blocks handed out
     # the active block
@@ -168,10 +171,7 @@ class LunaRealtimeAdapter:
             bound = self.speaker.bound_for(ids)
         except DuetError as err:  # the text alone fills the model's positions
             raise InvalidRequest(str(err), param="input", code="context_length_exceeded") from err
-        duration = self.speaker.duration
-        text = torch.tensor([ids], dtype=torch.long, device=self._device)  # (1, S)
-        predicted = float(duration.token_durations(text, torch.tensor([len(ids)], device=self._device)).sum())
-        return _Plan(ids, round(predicted), bound)
+        return _Plan(ids, round(self.speaker.predicted_frames(ids)), bound, self.speaker.floor_for(ids))
 
     # --- the engine thread ------------------------------------------------------------------------------------------
 
@@ -185,7 +185,7 @@ class LunaRealtimeAdapter:
             # A CPU generator, as RealtimeSpeaker seeds one (the sampler draws on it and moves the numbers).
             generator = torch.Generator().manual_seed(seed)
             bound = request.params.max_frames or self.frame_bound(request)
-            states.append(RealtimeState(request, session, decode, generator, bound))
+            states.append(RealtimeState(request, session, decode, generator, bound, min(plan.floor, bound)))
         return states
 
     @torch.no_grad()
@@ -208,7 +208,8 @@ class LunaRealtimeAdapter:
         s.step += 1
         if s.step == 1:
             s.tokens, s.still = s.tokens.to(out.codes.device), s.still.to(out.codes.device)
-            s.end_model = end_frame(out.end[0], self._stream.end_threshold)  # conditional row: CFG is on codes only
+            # conditional row (CFG is on codes only); no end before the request's floor
+            s.end_model = end_frame(out.end[0], self._stream.end_threshold, s.min_frames - s.produced)
             s.frames = min(s.end_model, s.max_frames - s.produced)
             s.still[:, : s.frames] = True  # frames past the end stay masked, as training shows them
             s.num_cells = s.still.flatten(1).sum(dim=1)  # (1,)

@@ -12,8 +12,8 @@ compute as a trained model of that shape, nothing about quality.
 
 Length. By default every run is exactly ``--seconds`` of audio: the end head is silenced (its bias set to -30) and the
 bound is ``--seconds`` x the frame rate, so every run does the same work whatever the weights. ``--learned-end``
-(with ``--model``) lets the trained end head stop the utterance instead (floor and bound: 0.8x and twice the duration predictor's length
-+ one block, the speaker's default), and the audio length is whatever the model made.
+(with ``--model``) lets the trained end head stop the utterance instead (the speaker's defaults: no end before 0.8x
+the duration predictor's length, a bound at twice it + one block), and the audio length is whatever the model made.
 
 One run = ``RealtimeSpeaker.chunks`` over one sentence, through the same code path as ``duet speak --stream``:
 prefill of the text, then per block S refinement steps over the active block with committed blocks in the KV cache,

@@ -29,4 +29,4 @@ def test_shipped_model_speaks(name):
 
 
 def test_the_readme_models_are_shipped():
-    assert {"gepard-tiny", "luna-tiny"} <= set(SHIPPED)
+    assert {"gepard-tiny", "luna-tiny", "luna-realtime-tiny"} <= set(SHIPPED)

@@ -18,7 +18,7 @@ A request whose stop probability exceeds its threshold is not fed (the engine dr
 so a request never holds more than ``prompt + max_frames`` positions: exactly what the engine reserved. The pool
 itself holds ``slots x capacity`` positions, capacity being the longest reservation seen, growing by doubling.
 
-A request's unset sampling fields take ``GepardServeConfig.params``: temperature 0.8 and top-k 50, what ``duet speak``
+A request's unset sampling fields take ``GepardServeConfig.params``: temperature 0.6 and top-k 20, what ``duet speak``
 samples with (``duet.gepard.generate.SPEAK_SAMPLING``), not the plain temperature 1 a tiny model stumbles on.
 
 Divergences, named: frames are drawn by Gumbel-max (``duet.serve.sampling``), not ``torch.multinomial`` as in

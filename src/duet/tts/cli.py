@@ -8,8 +8,9 @@ sentences; Luna Realtime streams one 1.28 s block at a time). ``--steps`` (MaskG
 ``--speed`` not to Realtime, which ends by its learned end of speech; elsewhere (Gepard decodes one frame at a time
 and has no length to scale) they are refused with an error rather than silently ignored. Text ``-`` is read from
 standard input. ``--cfg-scale`` sets classifier-free guidance for every family (1 = off; Luna's default 2, Gepard's
-1; a Gepard trained without text dropout has no unconditional path and refuses another scale). Bad input (empty text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be
-written) ends with one line on stderr and exit code 2, before any model is loaded where possible.
+1; a Gepard trained without text dropout has no unconditional path and refuses another scale). Bad input (empty
+text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be written) ends with one line on
+stderr and exit code 2, before any model is loaded where possible.
 
 ``--prompt`` with ``--prompt-text`` clones the voice of a reference clip (Luna only: the clip's codes and its
 transcript condition the new text, Luna §2.5; ``duet.tts.luna.LunaSpeaker.voice_prompt``). A silent, unreadable or

@@ -7,7 +7,8 @@
 - logged: ``diffusion`` (the 1/t-weighted loss, nats per target cell), ``masked_ce`` and ``masked_acc`` (plain CE and
   argmax accuracy over masked cells; 0 for a batch in which no cell was masked, which only a tiny batch at a tiny
   noise level produces), ``first_ce`` (the plain CE of the first codebook alone: the coarse codes that carry most
-  of what is said; the deeper ones sit near their unigram entropy for a long time), ``duration_ce``, ``length_err`` (mean |predicted T - true T| / T: what decoding will use).
+  of what is said; the deeper ones sit near their unigram entropy for a long time), ``duration_ce``, ``length_err``
+  (mean |predicted T - true T| / T: what decoding will use).
 - randomness: every draw of the forward process (prompt cuts, text dropout, noise levels, masks) comes from the
   objective's own generator, which the loop seeds per rank and saves in every checkpoint, so a resumed run takes the
   same draws as an uninterrupted one.

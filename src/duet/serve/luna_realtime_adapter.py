@@ -168,10 +168,11 @@ class LunaRealtimeAdapter:
             raise InvalidRequest("the text is empty", param="input")
         ids = encode_text(request.text, self.speaker.tokenizer, language=self.speaker.config.language)
         try:
-            bound = self.speaker.bound_for(ids)
+            predicted = self.speaker.predicted_frames(ids)  # one duration-predictor pass for the whole plan
+            bound = self.speaker.bound_for(ids, predicted)
         except DuetError as err:  # the text alone fills the model's positions
             raise InvalidRequest(str(err), param="input", code="context_length_exceeded") from err
-        return _Plan(ids, round(self.speaker.predicted_frames(ids)), bound, self.speaker.floor_for(ids))
+        return _Plan(ids, round(predicted), bound, self.speaker.floor_for(ids, predicted))
 
     # --- the engine thread ------------------------------------------------------------------------------------------
 

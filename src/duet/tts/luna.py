@@ -56,6 +56,11 @@ def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
     return load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device)
 
 
+def with_overrides(decode: DecodeConfig, **overrides) -> DecodeConfig:
+    """``decode`` with the overrides that were given (not None); DecodeConfig refuses bad values with a DuetError."""
+    return replace(decode, **{k: v for k, v in overrides.items() if v is not None})
+
+
 class LunaFamilySpeaker:
     """What both Luna speakers hold: the acoustic model, duration predictor, tokenizer, codec and speak config.
 
@@ -115,9 +120,8 @@ class LunaSpeaker(LunaFamilySpeaker):
                top_k: int | None, cfg_scale: float | None) -> tuple[list[str], DecodeConfig, float]:
         if voice is not None and voice not in self.voices:
             raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
-        overrides = {k: v for k, v in (("steps", steps), ("temperature", temperature), ("top_k", top_k),
-                                       ("cfg_scale", cfg_scale)) if v is not None}
-        decode = replace(self.config.decode, **overrides)  # DecodeConfig refuses steps < 1 with a DuetError
+        decode = with_overrides(self.config.decode, steps=steps, temperature=temperature, top_k=top_k,
+                                cfg_scale=cfg_scale)
         speed = self.config.speed if speed is None else speed
         if not (math.isfinite(speed) and speed > 0):
             raise DuetError(f"speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")

@@ -45,7 +45,7 @@ from duet.luna.data import encode_text
 from duet.luna.shipped import LoadedLuna, load_luna_realtime
 from duet.luna.stream import END_OF_SPEECH, StreamChunk, StreamConfig, stream_speech
 from duet.text.sentences import split_sentences
-from duet.tts.luna import LunaFamilySpeaker, codec_of
+from duet.tts.luna import LunaFamilySpeaker, codec_of, with_overrides
 from duet.tts.speech import Speech
 
 STOP = "stop"  # the end head ended the piece (Speech.ended, as Gepard's stop head)
@@ -89,29 +89,31 @@ class RealtimeSpeaker(LunaFamilySpeaker):
                top_k: int | None, cfg_scale: float | None) -> tuple[list[str], StreamConfig]:
         if voice is not None and voice not in self.voices:
             raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
-        overrides = {k: v for k, v in (("steps", steps), ("temperature", temperature), ("top_k", top_k),
-                                       ("cfg_scale", cfg_scale)) if v is not None}
         stream = self.config.stream
-        stream = replace(stream, decode=replace(stream.decode, **overrides))  # DecodeConfig refuses bad values
+        stream = replace(stream, decode=with_overrides(stream.decode, steps=steps, temperature=temperature,
+                                                       top_k=top_k, cfg_scale=cfg_scale))
         pieces = split_sentences(text, self.config.max_chars)
         if not pieces:
             raise DuetError("the text is empty")
         return pieces, stream
 
-    def bound_for(self, ids: list[int]) -> int:
-        """The most frames a piece with wrapped text ids may run to (module docstring)."""
+    def bound_for(self, ids: list[int], predicted: float | None = None) -> int:
+        """The most frames a piece with wrapped text ids may run to (module docstring); ``predicted`` is
+        ``predicted_frames(ids)`` when the caller has it already."""
         limit = min(self.config.stream.max_frames, self.model.config.luna.backbone.max_positions - len(ids))
         if limit < 1:
             raise DuetError(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences")
         if self.config.bound_factor is None:
             return limit
-        return min(limit, math.ceil(self.config.bound_factor * self.predicted_frames(ids)) + self.block_size)
+        predicted = self.predicted_frames(ids) if predicted is None else predicted
+        return min(limit, math.ceil(self.config.bound_factor * predicted) + self.block_size)
 
-    def floor_for(self, ids: list[int]) -> int:
+    def floor_for(self, ids: list[int], predicted: float | None = None) -> int:
         """The frames a piece speaks before its end head is read (module docstring; 0 without ``floor_factor``)."""
         if self.config.floor_factor is None:
             return 0
-        return math.floor(self.config.floor_factor * self.predicted_frames(ids))
+        predicted = self.predicted_frames(ids) if predicted is None else predicted
+        return math.floor(self.config.floor_factor * predicted)
 
     def predicted_frames(self, ids: list[int]) -> float:
         """The frozen duration predictor's length for wrapped text ids, in frames."""
@@ -131,7 +133,9 @@ class RealtimeSpeaker(LunaFamilySpeaker):
         def run() -> Iterator[StreamChunk]:
             for i, piece in enumerate(pieces):
                 ids = encode_text(piece, self.tokenizer, language=self.config.language)
-                cfg = replace(stream, max_frames=self.bound_for(ids), min_frames=self.floor_for(ids))
+                predicted = self.predicted_frames(ids)  # one duration-predictor pass for bound and floor
+                cfg = replace(stream, max_frames=self.bound_for(ids, predicted),
+                              min_frames=self.floor_for(ids, predicted))
                 generator = None if seed is None else torch.Generator().manual_seed(seed + i)
                 text_ids = torch.tensor(ids, dtype=torch.long, device=device)  # (S,)
                 for chunk in stream_speech(self.model, text_ids, None, cfg, self.codec, generator):

@@ -32,6 +32,10 @@ class LunaConfig:
     num_codebooks: int = 8  # Q
     codebook_size: int = 2048  # K; the mask token of every codebook is id K (one extra embedding row per table)
     head_bias: bool = True
+    # Tie head q to codebook q's embedding table (its K code rows; the mask row has no logit), as language models
+    # tie their output layer to the token embedding. Duet's option, not the report's: it drops Q x K x D head
+    # weights (12.6M parameters, 25 MB in fp16 for luna-tiny) and makes a code's input and output vectors one.
+    tie_heads: bool = False
 
     def __post_init__(self) -> None:
         if self.num_codebooks <= 0 or self.codebook_size <= 1:

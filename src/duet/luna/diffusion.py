@@ -18,6 +18,15 @@ target cells.
 Avoiding t = 0. t = t_min + (1 - t_min) * (1 - u) with u ~ U[0, 1), so t lies in (t_min, 1] (t_min = 1e-3 as in
 LLaDA): the weight 1/t never exceeds 1/t_min, at the cost of a negligible bias from the excluded sliver (0, t_min].
 
+Codebook weights (duet's, off by default; the report weighs every cell alike). ``codebook_weights`` (w_0 .. w_{Q-1})
+multiply each codebook's cells in the training loss, normalised to mean 1 so the loss keeps its scale:
+
+    loss_w = sum_b sum_{(i,q) masked in b} (w_q / mean(w)) CE(i, q) / t_b  /  sum_b (T_b * Q)
+
+A tiny model spends most of its gradient on the deep RVQ codebooks, which sit near their unigram entropy, while the
+first (coarse) codebook carries most of what is said; weighting it up moves capacity there. The loss is then no
+longer the ELBO, so ``DiffusionLoss.bound`` keeps the unweighted value for comparing runs.
+
 CFG. With probability 0.1 (§2.5) a row's text is dropped: its text length becomes 0, so the text positions are
 masked out of attention and the row is conditioned on the prompt (if any) alone. This "empty text" is exactly the
 null condition the decoder's unconditional rows use (``LunaModel.logits_fn``). Emotion and non-verbal tokens live in
@@ -52,6 +61,7 @@ class DiffusionConfig:
     prompt_prob: float = 0.5  # probability that a row (without a prompt of its own) is split into prompt + target
     prompt_min_frac: float = 0.1  # prompt length as a fraction of the utterance's frames
     prompt_max_frac: float = 0.5
+    codebook_weights: tuple[float, ...] = ()  # per-codebook loss weights (normalised to mean 1); () = all equal
 
     def __post_init__(self) -> None:
         if not 0.0 < self.t_min < 1.0:
@@ -61,16 +71,29 @@ class DiffusionConfig:
                 raise DuetError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.prompt_min_frac <= self.prompt_max_frac < 1.0:
             raise DuetError("need 0 < prompt_min_frac <= prompt_max_frac < 1")
+        if self.codebook_weights and (min(self.codebook_weights) < 0 or sum(self.codebook_weights) <= 0):
+            raise DuetError(f"codebook weights must be >= 0 with a positive sum, got {list(self.codebook_weights)}")
 
 
 @dataclass(frozen=True)
 class DiffusionLoss:
-    loss: torch.Tensor  # scalar: sum over masked cells of CE / t, over the number of target cells
+    loss: torch.Tensor  # scalar: sum over masked cells of (w_q) CE / t, over the number of target cells
     masked_ce: torch.Tensor  # scalar, detached: plain mean CE over masked cells (nan when none is masked)
     masked_accuracy: torch.Tensor  # scalar, detached: argmax accuracy over masked cells
     codebook_ce: torch.Tensor  # (Q,) detached: mean CE over masked cells of each codebook
     num_masked: int
     num_cells: int
+    bound: torch.Tensor | None = None  # scalar, detached: the unweighted loss (the ELBO bound) when weights are used
+
+
+def normalised_weights(weights: tuple[float, ...], Q: int, device: torch.device) -> torch.Tensor | None:
+    """Codebook weights -> (Q,) tensor with mean 1, or None for equal weights."""
+    if not weights:
+        return None
+    if len(weights) != Q:
+        raise DuetError(f"{len(weights)} codebook weights for a grid of {Q} codebooks")
+    w = torch.tensor(weights, dtype=torch.float32, device=device)
+    return w * (Q / w.sum())
 
 
 def _rand(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
@@ -106,9 +129,17 @@ def mask_target(
 
 
 def masked_diffusion_loss(
-    logits: torch.Tensor, target: torch.Tensor, masked: torch.Tensor, t: torch.Tensor, target_lengths: torch.Tensor
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    masked: torch.Tensor,
+    t: torch.Tensor,
+    target_lengths: torch.Tensor,
+    codebook_weights: tuple[float, ...] = (),
 ) -> DiffusionLoss:
-    """logits (B, T, Q, K), clean target (B, T, Q), masked (B, T, Q) bool, t (B,), target_lengths (B,)."""
+    """logits (B, T, Q, K), clean target (B, T, Q), masked (B, T, Q) bool, t (B,), target_lengths (B,).
+
+    ``codebook_weights`` (Q values, or () for equal) weigh each codebook's cells (see the module docstring).
+    """
     B, T, Q, K = logits.shape
     num_cells = int(target_lengths.sum()) * Q
     if num_cells <= 0:
@@ -118,14 +149,21 @@ def masked_diffusion_loss(
     ).view(B, T, Q)  # (B, T, Q); clamp only keeps padding (which may hold the mask id) in range, masked=False there
     masked = masked & lengths_to_mask(target_lengths, T)[:, :, None]  # padding is never a target cell
     m = masked.to(ce.dtype)
-    loss = (ce * m / t[:, None, None]).sum() / num_cells
+    per_cell = ce * m / t[:, None, None]  # (B, T, Q)
+    weights = normalised_weights(codebook_weights, Q, logits.device)
+    bound = None
+    if weights is None:
+        loss = per_cell.sum() / num_cells
+    else:
+        loss = (per_cell * weights).sum() / num_cells
+        bound = (per_cell.sum() / num_cells).detach()
     with torch.no_grad():
         n = int(masked.sum())
         masked_ce = (ce * m).sum() / n if n else torch.tensor(float("nan"))
         hit = (logits.argmax(-1) == target) & masked
         acc = hit.sum().float() / n if n else torch.tensor(float("nan"))
         per_q = (ce * m).sum(dim=(0, 1)) / m.sum(dim=(0, 1)).clamp(min=1)  # (Q,)
-    return DiffusionLoss(loss, masked_ce.detach(), acc, per_q.detach(), n, num_cells)
+    return DiffusionLoss(loss, masked_ce.detach(), acc, per_q.detach(), n, num_cells, bound)
 
 
 def drop_text(
@@ -196,4 +234,4 @@ def diffusion_training_loss(
     t = sample_noise_level(inputs.batch_size, cfg.t_min, generator, inputs.target.device)
     noisy, masked = mask_target(inputs.target, inputs.target_lengths, t, mask_id, generator)
     logits = model(replace(inputs, text_lengths=text_lengths, target=noisy))
-    return masked_diffusion_loss(logits, inputs.target, masked, t, inputs.target_lengths)
+    return masked_diffusion_loss(logits, inputs.target, masked, t, inputs.target_lengths, cfg.codebook_weights)

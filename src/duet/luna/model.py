@@ -133,8 +133,14 @@ class LunaModel(nn.Module):
         # owns rows [q (K + 1), (q + 1) (K + 1)). One gather instead of Q small ones; same parameters.
         self.audio_embed = nn.Embedding(Q * (K + 1), D)
         self.register_buffer("codebook_offsets", torch.arange(Q) * (K + 1), persistent=False)  # (Q,)
-        # Q parallel heads D -> K, stored as one Linear D -> Q K: head q owns output rows [q K, (q + 1) K).
-        self.audio_heads = nn.Linear(D, Q * K, bias=config.head_bias)
+        # Q parallel heads D -> K, stored as one Linear D -> Q K: head q owns output rows [q K, (q + 1) K). Tied heads
+        # (``config.tie_heads``) read their weights from the tables and keep only the bias (``code_logits``).
+        self.audio_heads: nn.Linear | None = None
+        self.audio_head_bias: nn.Parameter | None = None
+        if not config.tie_heads:
+            self.audio_heads = nn.Linear(D, Q * K, bias=config.head_bias)
+        elif config.head_bias:
+            self.audio_head_bias = nn.Parameter(torch.zeros(Q * K))
         self.reset_audio_parameters()
 
     # -- parameters -------------------------------------------------------------------------------------------------
@@ -145,15 +151,19 @@ class LunaModel(nn.Module):
         Each table gets std ``frame_std / sqrt(Q)`` so that the sum of Q lookups (a frame's input) has std
         ``frame_std``, by default ``initializer_range`` like a fresh Qwen3 embedding; ``init_from`` passes the
         loaded text embedding's std, so text and frames enter the backbone at the same scale (duet's choice; the
-        report does not give its initialisation). Heads: std ``initializer_range``, zero bias.
+        report does not give its initialisation). Heads: std ``initializer_range``, zero bias (tied heads: the
+        tables' initialisation, zero bias).
         """
         cfg = self.config
         std = cfg.backbone.initializer_range if frame_std is None else frame_std
         with torch.no_grad():
             self.audio_embed.weight.normal_(0.0, std / math.sqrt(cfg.num_codebooks))
-            self.audio_heads.weight.normal_(0.0, cfg.backbone.initializer_range)
-            if self.audio_heads.bias is not None:
-                self.audio_heads.bias.zero_()
+            if self.audio_heads is not None:
+                self.audio_heads.weight.normal_(0.0, cfg.backbone.initializer_range)
+                if self.audio_heads.bias is not None:
+                    self.audio_heads.bias.zero_()
+            if self.audio_head_bias is not None:
+                self.audio_head_bias.zero_()
 
     def init_from(self, path: str | Path) -> list[str]:
         """Initialise text embedding and transformer layers from a local Qwen3 checkpoint (transformers format).
@@ -167,6 +177,21 @@ class LunaModel(nn.Module):
         return copied
 
     # -- forward ----------------------------------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        return self.audio_embed.weight.device
+
+    def code_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Frame states (B, n, D) -> code logits (B, n, Q, K) from the Q heads (or the tables, when tied)."""
+        Q, K = self.config.num_codebooks, self.config.codebook_size
+        if self.audio_heads is not None:
+            return self.audio_heads(h).unflatten(-1, (Q, K))
+        tables = self.audio_embed.weight.view(Q, K + 1, -1)[:, :K]  # (Q, K, D): each table's code rows, no mask row
+        logits = torch.einsum("bnd,qkd->bnqk", h, tables)  # (B, n, Q, K)
+        if self.audio_head_bias is not None:
+            logits = logits + self.audio_head_bias.view(Q, K)
+        return logits
 
     def embed_grid(self, grid: torch.Tensor) -> torch.Tensor:
         """grid (B, T, Q) in 0..K (K = mask) -> frame embeddings (B, T, D): sum over the Q tables."""
@@ -200,7 +225,7 @@ class LunaModel(nn.Module):
         mask = additive(bidirectional_mask(valid), x.dtype)  # (B, 1, L, L)
         h = self.model(inputs_embeds=x, attention_mask=mask, position_ids=position_ids).last_hidden_state
         h = h[:, S + P :]  # (B, T, D): heads on the target region only
-        return self.audio_heads(h).view(B, T, cfg.num_codebooks, cfg.codebook_size)  # (B, T, Q, K)
+        return self.code_logits(h)  # (B, T, Q, K)
 
     def logits_fn(self, inputs: LunaInputs) -> LogitsFn:
         """A ``decode.LogitsFn`` for these conditions (``inputs.target`` is ignored; the decoder supplies tokens).

@@ -54,7 +54,7 @@ from torch import nn
 from duet.errors import DuetError
 from duet.luna.checkpoint import read_checkpoint, write_checkpoint
 from duet.luna.config import LunaConfig, luna_preset
-from duet.luna.diffusion import DiffusionConfig, drop_text, sample_noise_level, split_prompt
+from duet.luna.diffusion import DiffusionConfig, drop_text, normalised_weights, sample_noise_level, split_prompt
 from duet.luna.model import LunaInputs, LunaModel, segment_layout
 from duet.nn.masks import additive, lengths_to_mask, two_stream_block_mask
 
@@ -181,9 +181,7 @@ class LunaRealtime(nn.Module):
 
     def heads(self, h: torch.Tensor) -> RealtimeLogits:
         """Frame states (B, n, D) -> code logits (B, n, Q, K) and end logits (B, n)."""
-        cfg = self.config.luna
-        B, n, _ = h.shape
-        codes = self.luna.audio_heads(h).view(B, n, cfg.num_codebooks, cfg.codebook_size)  # (B, n, Q, K)
+        codes = self.luna.code_logits(h)  # (B, n, Q, K)
         return RealtimeLogits(codes, self.end_head(h).squeeze(-1))
 
     def forward(self, inputs: LunaInputs, noisy: torch.Tensor) -> RealtimeLogits:
@@ -257,8 +255,8 @@ class RealtimeObjective:
 
 @dataclass(frozen=True)
 class RealtimeLoss:
-    loss: torch.Tensor  # scalar: diffusion + end_weight * end
-    diffusion: torch.Tensor  # scalar: sum of masked CE / t_block over the number of target cells
+    loss: torch.Tensor  # scalar: diffusion (codebook-weighted, if asked) + end_weight * end
+    diffusion: torch.Tensor  # scalar, detached: sum of masked CE / t_block over the number of target cells (unweighted)
     end: torch.Tensor  # scalar: mean BCE of the end head over the supervised noisy frames
     masked_ce: torch.Tensor  # detached: plain mean CE over masked cells (nan when none)
     masked_accuracy: torch.Tensor  # detached
@@ -275,8 +273,13 @@ def block_diffusion_loss(
     t: torch.Tensor,
     block_size: int,
     end_weight: float = 1.0,
+    codebook_weights: tuple[float, ...] = (),
 ) -> RealtimeLoss:
-    """logits over F noisy frames, clean target (B, T, Q), target_lengths (B,), masked (B, F, Q), t (B, N)."""
+    """logits over F noisy frames, clean target (B, T, Q), target_lengths (B,), masked (B, F, Q), t (B, N).
+
+    ``codebook_weights`` weigh the codebooks in the loss as Luna's (``diffusion.masked_diffusion_loss``); the logged
+    ``diffusion`` stays the unweighted bound.
+    """
     B, Fr, Q, K = logits.codes.shape
     num_cells = int(target_lengths.sum()) * Q
     if num_cells <= 0:
@@ -288,7 +291,10 @@ def block_diffusion_loss(
     masked = masked & lengths_to_mask(target_lengths, Fr)[:, :, None]
     m = masked.to(ce.dtype)
     t_frame = t.repeat_interleave(block_size, dim=1)[:, :Fr]  # (B, F)
-    diffusion = (ce * m / t_frame[:, :, None]).sum() / num_cells
+    per_cell = ce * m / t_frame[:, :, None]  # (B, F, Q)
+    diffusion = per_cell.sum() / num_cells
+    weights = normalised_weights(codebook_weights, Q, per_cell.device)
+    weighted = diffusion if weights is None else (per_cell * weights).sum() / num_cells
 
     past_end, supervised = end_targets(target_lengths, block_size, Fr)
     bce = F.binary_cross_entropy_with_logits(logits.end.float(), past_end.float(), reduction="none")  # (B, F)
@@ -299,7 +305,7 @@ def block_diffusion_loss(
         acc = ((logits.codes.argmax(-1) == grid) & masked).sum().float() / n if n else torch.tensor(float("nan"))
         end_acc = (((logits.end > 0) == past_end) & supervised).sum().float() / supervised.sum()
     return RealtimeLoss(
-        diffusion + end_weight * end, diffusion, end, masked_ce.detach(), acc, end_acc, n, num_cells
+        weighted + end_weight * end, diffusion.detach(), end, masked_ce.detach(), acc, end_acc, n, num_cells
     )
 
 
@@ -328,4 +334,5 @@ def realtime_training_loss(
     t = sample_noise_level(B * N, cfg.t_min, generator, inputs.target.device).view(B, N)  # (B, N) independent
     noisy, masked = mask_blocks(inputs.target, inputs.target_lengths, t, bk, mask_id, generator)
     logits = model(replace(inputs, text_lengths=text_lengths), noisy)
-    return block_diffusion_loss(logits, inputs.target, inputs.target_lengths, masked, t, bk, objective.end_weight)
+    return block_diffusion_loss(logits, inputs.target, inputs.target_lengths, masked, t, bk, objective.end_weight,
+                                cfg.codebook_weights)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -213,6 +213,11 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``luna`` and ``luna-export`` to the ``duet train`` sub-commands."""
     p = subparsers.add_parser("luna", help="train a Luna-TTS model and its duration predictor on encoded RVQ codes")
     add_recipe_arguments(p, sorted(PRESETS), "runs/luna-tiny")
+    p.add_argument("--codebook-weights", type=_weights, default=None, metavar="W0,W1,...",
+                   help="per-codebook loss weights, one per codebook, normalised to mean 1 (duet.luna.diffusion; "
+                        "default: the preset's)")
+    p.add_argument("--tie-heads", action=argparse.BooleanOptionalAction, default=None,
+                   help="tie each code head to its codebook's embedding table (a new run only; default: the preset's)")
     p.set_defaults(func=_run_train)
 
     add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
@@ -221,7 +226,27 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
     """Flags -> LunaTrainConfig (on a resume without --preset: the run's config, with the given overrides)."""
-    return recipe_config_from_args(args, recipe, config_from_json, ", ".join(PRESETS))
+    cfg = recipe_config_from_args(args, recipe, config_from_json, ", ".join(PRESETS))
+    if args.codebook_weights is not None:
+        if len(args.codebook_weights) != cfg.model.num_codebooks:
+            raise DuetError(f"--codebook-weights gives {len(args.codebook_weights)} weights for "
+                            f"{cfg.model.num_codebooks} codebooks")
+        cfg = replace(cfg, diffusion=replace(cfg.diffusion, codebook_weights=args.codebook_weights))
+    if args.tie_heads is not None:
+        if args.resume and args.tie_heads != cfg.model.tie_heads:
+            raise DuetError("--tie-heads cannot change on --resume (the weights' shapes would change)")
+        cfg = replace(cfg, model=replace(cfg.model, tie_heads=args.tie_heads))
+    return cfg
+
+
+def _weights(text: str) -> tuple[float, ...]:
+    try:
+        weights = tuple(float(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if min(weights) < 0 or sum(weights) <= 0:
+        raise argparse.ArgumentTypeError(f"weights must be >= 0 with a positive sum, got {text!r}")
+    return weights
 
 
 def _run_train(args: argparse.Namespace) -> int:

@@ -171,8 +171,8 @@ class LunaAdapter:
         self.supports_cloning = False
         self.max_frames = min(cfg.max_frames, mcfg.backbone.max_positions - 1)
         self.default_params = SamplingParams(temperature=cfg.decode.temperature, top_k=cfg.decode.top_k)
-        self._device = self.model.audio_heads.weight.device
-        itemsize = self.model.audio_heads.weight.element_size()
+        self._device = self.model.device
+        itemsize = self.model.audio_embed.weight.element_size()
         rows = 2 if cfg.decode.cfg_scale != 1.0 else 1  # CFG: a conditional and an unconditional row per request
         Q, K, D = mcfg.num_codebooks, mcfg.codebook_size, mcfg.backbone.width
         # Per position: its logits and last hidden state in each row, plus the grid state (int64 code + bool mask).

@@ -122,7 +122,7 @@ class LunaRealtimeAdapter:
         self.default_params = SamplingParams(temperature=self._stream.decode.temperature,
                                              top_k=self._stream.decode.top_k)
         self.block_size = self.model.block_size
-        weight = self.model.luna.audio_heads.weight
+        weight = self.model.luna.audio_embed.weight
         self._device = weight.device
         rows = 2 if self._stream.decode.cfg_scale != 1.0 else 1  # KVBlockSession(guidance=...) rows
         # Keys and values of every layer, per cached position, in each row.

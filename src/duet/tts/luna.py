@@ -134,7 +134,7 @@ class LunaSpeaker(LunaFamilySpeaker):
     def frames_for(self, ids: list[int], speed: float = 1.0, reserved: int = 0) -> tuple[int, str]:
         """-> (T, "length" or "bound") for wrapped text ids: the predictor's total / speed, capped (``reserved``:
         positions a prompt grid takes besides the text)."""
-        device = self.model.audio_heads.weight.device
+        device = self.model.device
         text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
         lengths = torch.tensor([len(ids)], device=device)  # (1,)
         durations = self.duration.token_durations(text, lengths)  # (1, S)
@@ -161,7 +161,7 @@ class LunaSpeaker(LunaFamilySpeaker):
             raise DuetError(f"the reference clip is {seconds:.1f} s long; at most {self.config.max_prompt_seconds:g} s")
         with torch.no_grad():
             codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, P)
-        grid = codes.transpose(0, 1).to(self.model.audio_heads.weight.device)  # (P, Q)
+        grid = codes.transpose(0, 1).to(self.model.device)  # (P, Q)
         check_prompt_grid(grid, self.model)
         ids = encode_text(text, self.tokenizer, language=self.config.language)
         predicted, _ = self.frames_for(ids)
@@ -171,7 +171,7 @@ class LunaSpeaker(LunaFamilySpeaker):
     def _piece(self, piece: str, decode: DecodeConfig, speed: float, generator: torch.Generator | None,
                prompt: VoicePrompt | None = None) -> tuple[np.ndarray, str]:
         ids = encode_text(piece, self.tokenizer, language=self.config.language)
-        cfg, device = self.model.config, self.model.audio_heads.weight.device
+        cfg, device = self.model.config, self.model.device
         if prompt is None:
             frames, ended = self.frames_for(ids, speed)
             grids = dict(prompt=None, prompt_lengths=None)

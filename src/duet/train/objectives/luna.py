@@ -8,7 +8,8 @@
   argmax accuracy over masked cells; 0 for a batch in which no cell was masked, which only a tiny batch at a tiny
   noise level produces), ``first_ce`` (the plain CE of the first codebook alone: the coarse codes that carry most
   of what is said; the deeper ones sit near their unigram entropy for a long time), ``duration_ce``, ``length_err``
-  (mean |predicted T - true T| / T: what decoding will use).
+  (mean |predicted T - true T| / T: what decoding will use); with codebook weights, ``diffusion`` is the weighted
+  loss and ``bound`` the unweighted one.
 - randomness: every draw of the forward process (prompt cuts, text dropout, noise levels, masks) comes from the
   objective's own generator, which the loop seeds per rank and saves in every checkpoint, so a resumed run takes the
   same draws as an uninterrupted one.
@@ -50,9 +51,12 @@ class LunaDiffusion(Objective):
     def _losses(self, out: LunaLosses) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         d = out.diffusion
         loss = d.loss + self.duration_weight * out.duration
-        return loss, {"diffusion": d.loss.detach(), "masked_ce": torch.nan_to_num(d.masked_ce, nan=0.0),
-                      "masked_acc": torch.nan_to_num(d.masked_accuracy, nan=0.0), "first_ce": d.codebook_ce[0],
-                      "duration_ce": out.duration.detach(), "length_err": out.length_error}
+        metrics = {"diffusion": d.loss.detach(), "masked_ce": torch.nan_to_num(d.masked_ce, nan=0.0),
+                   "masked_acc": torch.nan_to_num(d.masked_accuracy, nan=0.0), "first_ce": d.codebook_ce[0],
+                   "duration_ce": out.duration.detach(), "length_err": out.length_error}
+        if d.bound is not None:  # codebook-weighted training: the unweighted bound, comparable across runs
+            metrics["bound"] = d.bound
+        return loss, metrics
 
     def _forward(self, model: nn.Module, batch: Any, diffusion: DiffusionConfig, generator: torch.Generator) -> Any:
         return model(batch, diffusion, generator)

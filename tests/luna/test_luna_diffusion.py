@@ -45,8 +45,9 @@ def test_mask_target_only_masks_real_target_cells_at_rate_t():
         assert abs(float(masked[b, :n].float().mean()) - float(t[b])) < 0.02
 
 
-def _naive_loss(logits, target, masked, t, lengths):
+def _naive_loss(logits, target, masked, t, lengths, weights=None):
     B, T, Q, K = logits.shape
+    w = [1.0] * Q if weights is None else [wq * Q / sum(weights) for wq in weights]  # mean 1
     total, cells = 0.0, 0
     for b in range(B):
         for i in range(int(lengths[b])):
@@ -55,7 +56,7 @@ def _naive_loss(logits, target, masked, t, lengths):
                 if masked[b, i, q]:
                     row = logits[b, i, q].double()
                     ce = -(row[int(target[b, i, q])] - torch.logsumexp(row, 0))
-                    total += float(ce) / float(t[b])
+                    total += w[q] * float(ce) / float(t[b])
     return total / cells
 
 
@@ -84,6 +85,28 @@ def test_loss_matches_naive_per_cell_loop():
         ce_q = [float(-(logits[b, i, q].log_softmax(0)[int(target[b, i, q])]))
                 for b in range(B) for i in range(T) if masked[b, i, q]]
         assert math.isclose(float(out.codebook_ce[q]), sum(ce_q) / len(ce_q), rel_tol=1e-5)
+
+
+def test_codebook_weights_match_naive_loop_and_keep_the_bound():
+    g = torch.Generator().manual_seed(5)
+    B, T, Q, K = 2, 5, 3, 4
+    logits = torch.randn(B, T, Q, K, generator=g)
+    target = torch.randint(0, K, (B, T, Q), generator=g)
+    lengths, t = torch.tensor([5, 3]), torch.tensor([0.6, 0.9])
+    _, masked = mask_target(target, lengths, t, K, g)
+    weights = (4.0, 2.0, 1.0)
+    out = masked_diffusion_loss(logits, target, masked, t, lengths, weights)
+    assert math.isclose(float(out.loss), _naive_loss(logits, target, masked, t, lengths, weights), rel_tol=1e-5)
+    assert math.isclose(float(out.bound), _naive_loss(logits, target, masked, t, lengths), rel_tol=1e-5)
+    plain = masked_diffusion_loss(logits, target, masked, t, lengths)
+    assert plain.bound is None
+    # equal weights are the plain loss, whatever their scale
+    same = masked_diffusion_loss(logits, target, masked, t, lengths, (3.0, 3.0, 3.0))
+    assert math.isclose(float(same.loss), float(plain.loss), rel_tol=1e-6)
+    with pytest.raises(DuetError, match="2 codebook weights for a grid of 3"):
+        masked_diffusion_loss(logits, target, masked, t, lengths, (1.0, 1.0))
+    with pytest.raises(DuetError, match="codebook weights"):
+        DiffusionConfig(codebook_weights=(1.0, -1.0))
 
 
 def test_padding_marked_masked_is_ignored():

@@ -194,6 +194,31 @@ def test_save_and_load_round_trip(tmp_path, make_config, random_inputs):
         LunaModel.load(tmp_path)
 
 
+def test_tied_heads_read_the_code_tables(tmp_path, make_config, random_inputs):
+    cfg = replace(make_config(q=3, k=8), tie_heads=True)
+    Q, K, D = cfg.num_codebooks, cfg.codebook_size, cfg.backbone.width
+    tied, untied = LunaModel(cfg), LunaModel(replace(cfg, tie_heads=False))
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n(untied) - n(tied) == Q * K * D  # the head weights are gone; the bias stays
+    assert "audio_heads.weight" not in tied.state_dict() and "audio_head_bias" in tied.state_dict()
+    with torch.no_grad():
+        tied.audio_head_bias.normal_()
+    h = torch.randn(2, 5, D)
+    logits = tied.code_logits(h)  # (B, n, Q, K)
+    for q in range(Q):  # head q: codebook q's rows 0..K-1 of its table (its mask row K has no logit)
+        table = tied.audio_embed.weight[q * (K + 1) : q * (K + 1) + K]  # (K, D)
+        torch.testing.assert_close(logits[:, :, q], h @ table.T + tied.audio_head_bias[q * K : (q + 1) * K])
+    inputs = random_inputs(cfg)
+    tied(inputs).sum().backward()  # the tables learn from both ends
+    mask_rows = tied.audio_embed.weight.grad.view(Q, K + 1, D)[:, K]
+    assert tied.audio_embed.weight.grad.abs().sum() > 0 and mask_rows.abs().sum() > 0
+    tied.save(tmp_path / "tied")
+    again = LunaModel.load(tmp_path / "tied").eval()
+    assert again.config.tie_heads
+    with torch.no_grad():
+        torch.testing.assert_close(tied.eval()(inputs), again(inputs), rtol=0, atol=0)
+
+
 def test_logits_fn_rows_and_null_text(make_config, random_inputs):
     cfg = make_config()
     model = LunaModel(cfg).eval()

@@ -146,6 +146,21 @@ def test_block_loss_matches_naive_per_cell_loop():
     assert out.masked_ce.item() == pytest.approx(ce_sum / n_masked, rel=1e-5)
     assert out.end_accuracy.item() == pytest.approx(end_hits / n_sup)
 
+    # codebook weights (normalised to mean 1) change the loss, not the logged bound
+    weighted = block_diffusion_loss(RealtimeLogits(codes, end), target, lengths, masked, t, bk, end_weight=0.7,
+                                    codebook_weights=(3.0, 1.0))
+    w = (1.5, 0.5)
+    wdiff = 0.0
+    for b in range(B):
+        for i in range(int(lengths[b])):
+            for q in range(Q):
+                if masked[b, i, q]:
+                    ce = -torch.log_softmax(codes[b, i, q], -1)[int(target[b, i, q])].item()
+                    wdiff += w[q] * ce / float(t[b, i // bk])
+    wdiff /= int(lengths.sum()) * Q
+    assert weighted.diffusion.item() == pytest.approx(diff, rel=1e-5)
+    assert weighted.loss.item() == pytest.approx(wdiff + 0.7 * bce / n_sup, rel=1e-5)
+
 
 def test_two_stream_forward_is_block_causal(make_realtime):
     model = make_realtime(block_size=4)

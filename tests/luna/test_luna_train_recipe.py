@@ -195,9 +195,12 @@ def test_command_line_trains_luna_tiny_and_exports(corpus, tmp_path, capsys):
     argv = ["luna", "--preset", "luna-tiny", "--shards", str(shards), "--manifest", str(manifest), "--out", str(run),
             "--steps", "1", "--batch-frames", "120", "--max-batch", "4", "--val-every", "0", "--bpe-vocab", "300",
             "--quiet"]
-    assert main(argv) == 0
+    assert main([*argv[:-1], "--codebook-weights", "4,2", "--quiet"]) == 2  # 2 weights for 8 codebooks
+    assert "2 weights for 8 codebooks" in capsys.readouterr().err
+    assert main([*argv, "--codebook-weights", "4,2,1,1,1,1,1,1", "--tie-heads"]) == 0
     cfg = config_from_json(json.loads((run / "config.json").read_text()))
     assert cfg.name == "luna-tiny" and cfg.loop.max_steps == 1 and cfg.data.batch_frames == 120
+    assert cfg.diffusion.codebook_weights == (4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0) and cfg.model.tie_heads
     assert "step 1 (end)" in capsys.readouterr().out
     assert main(["luna", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2  # not a resume any more
     assert main(["luna-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0

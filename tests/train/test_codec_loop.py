@@ -34,7 +34,7 @@ def _crops(cfg):
     return AudioCrops(_clips(sr), sr), AudioCrops(_clips(sr, n=2, seed=1), sr)
 
 
-@pytest.mark.parametrize("name", ["fsq", "rvq", "rvq-decoder", "fsq-tiny", "rvq-tiny"])
+@pytest.mark.parametrize("name", ["fsq", "rvq", "rvq-decoder", "fsq-decoder", "fsq-tiny", "rvq-tiny"])
 def test_presets_build_and_round_trip_json(name):
     cfg = preset(name)
     assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
@@ -170,3 +170,4 @@ def test_decoder_only_fine_tune_changes_the_decoder_alone(tmp_path):
         assert torch.equal(before[key], after[key]), key
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("decoder."))
     assert preset("rvq-decoder").decoder_only and preset("rvq-decoder").disc_start_step == 0
+    assert preset("fsq-decoder").decoder_only and preset("fsq-decoder").kind == "duet-fsq"

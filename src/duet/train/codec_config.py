@@ -90,6 +90,13 @@ def preset(name: str) -> CodecTrainConfig:
         # from the first step, a gentler learning rate than training from scratch.
         return CodecTrainConfig(kind="duet-rvq", model=RVQCodecConfig(), decoder_only=True, lr=3e-4,
                                 warmup_steps=100, max_steps=4_000, disc_start_step=0)
+    if name == "fsq-decoder":
+        from duet.codecs.fsq_codec import FSQCodecConfig
+
+        # The same fine-tune for a shipped duet-fsq (--init-from duet-fsq), whose run stopped before its
+        # discriminator phase: FSQ codes (and gepard-tiny, trained on them) stay valid.
+        return CodecTrainConfig(kind="duet-fsq", model=FSQCodecConfig(), decoder_only=True, lr=3e-4,
+                                warmup_steps=100, max_steps=4_000, disc_start_step=0)
     if name == "fsq-tiny":  # for tests: seconds per run
         from duet.codecs.fsq_codec import FSQCodecConfig
 
@@ -116,8 +123,8 @@ def preset(name: str) -> CodecTrainConfig:
                                                          seconds=0.1),
                                 loss=SpectralLossConfig(stft=((256, 64), (512, 128)),
                                                         mel=((256, 64, 20), (512, 128, 40))))
-    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-decoder, fsq-tiny, rvq-tiny or "
-                    "a JSON file")
+    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-decoder, fsq-decoder, fsq-tiny, "
+                    "rvq-tiny or a JSON file")
 
 
 def load_config(name_or_path: str) -> CodecTrainConfig:

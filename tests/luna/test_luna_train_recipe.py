@@ -49,6 +49,11 @@ def test_every_preset_has_a_recipe_that_round_trips_json(name):
     assert cfg.name == name and cfg.model.backbone.vocab_size == cfg.duration.backbone.vocab_size
     assert cfg.diffusion.text_drop_prob == 0.1  # Luna §2.5: CFG text dropout
     assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
+    if name == "luna-tiny":  # duet's aids for the CPU model: the first codebook weighted up, heads tied to tables
+        weights = cfg.diffusion.codebook_weights
+        assert len(weights) == cfg.model.num_codebooks and weights[0] == max(weights) and cfg.model.tie_heads
+    else:
+        assert cfg.diffusion.codebook_weights == () and not cfg.model.tie_heads
 
 
 def test_items_text_and_duration_targets(corpus):
@@ -197,10 +202,10 @@ def test_command_line_trains_luna_tiny_and_exports(corpus, tmp_path, capsys):
             "--quiet"]
     assert main([*argv[:-1], "--codebook-weights", "4,2", "--quiet"]) == 2  # 2 weights for 8 codebooks
     assert "2 weights for 8 codebooks" in capsys.readouterr().err
-    assert main([*argv, "--codebook-weights", "4,2,1,1,1,1,1,1", "--tie-heads"]) == 0
+    assert main([*argv, "--codebook-weights", "8,4,2,1,1,1,1,1", "--no-tie-heads"]) == 0  # flags beat the preset
     cfg = config_from_json(json.loads((run / "config.json").read_text()))
     assert cfg.name == "luna-tiny" and cfg.loop.max_steps == 1 and cfg.data.batch_frames == 120
-    assert cfg.diffusion.codebook_weights == (4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0) and cfg.model.tie_heads
+    assert cfg.diffusion.codebook_weights == (8.0, 4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0) and not cfg.model.tie_heads
     assert "step 1 (end)" in capsys.readouterr().out
     assert main(["luna", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2  # not a resume any more
     assert main(["luna-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0

@@ -10,11 +10,12 @@ Presets (``luna_preset(name)``; a test builds each one):
                vocabulary 151,936 (duet's service tokens sit in its padded rows, see ``duet.text.qwen``), tied
                embeddings, RoPE theta 1e6. Backbone 596,049,920 parameters (155,582,464 of them the embedding);
                audio tables 8 x 2049 x 1024 and heads 1024 -> 8 x 2048 add 33.6M.
-``luna-tiny``  a CPU-sized model for the shipped checkpoint: duet's small BPE (2048 bytes + merges, then the service
-               tokens), D 384, 8 layers, 6 query / 2 key-value heads of 64, MLP 1024, RoPE theta 1e4 (sequences stay
-               under ~1k positions; divergence from the 0.6b's 1e6, which is sized for 40k). About 13M backbone +
-               12.6M audio parameters with the full 8 x 2048 grid. When the trained BPE comes out smaller than
-               requested, rebuild the config with ``with_vocab(cfg, len(tokenizer))``.
+``luna-tiny``  a CPU-sized model for the shipped checkpoint: room for duet's small BPE (2048 bytes + merges, then the
+               service tokens; the shipped model reads a 512-entry phoneme BPE), D 384, 8 layers, 6 query / 2
+               key-value heads of 64, MLP 1024, RoPE theta 1e4 (sequences stay under ~1k positions; divergence from
+               the 0.6b's 1e6, which is sized for 40k), heads tied to the code tables (``tie_heads``). About 13M
+               backbone + 6.3M audio parameters with the full 8 x 2048 grid (12.6M untied). When the trained BPE
+               comes out smaller than requested, rebuild the config with ``with_vocab(cfg, len(tokenizer))``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ TINY = BackboneConfig(
 
 _PRESETS = {
     "luna-0.6b": LunaConfig(backbone=QWEN3_0_6B),
-    "luna-tiny": LunaConfig(backbone=TINY),
+    "luna-tiny": LunaConfig(backbone=TINY, tie_heads=True),
 }
 PRESETS: tuple[str, ...] = tuple(_PRESETS)
 

@@ -187,8 +187,9 @@ class LunaModel(nn.Module):
         Q, K = self.config.num_codebooks, self.config.codebook_size
         if self.audio_heads is not None:
             return self.audio_heads(h).unflatten(-1, (Q, K))
-        tables = self.audio_embed.weight.view(Q, K + 1, -1)[:, :K]  # (Q, K, D): each table's code rows, no mask row
-        logits = torch.einsum("bnd,qkd->bnqk", h, tables)  # (B, n, Q, K)
+        # One product with every row of the Q tables (no copy of the weight), then each table's mask row dropped.
+        logits = nn.functional.linear(h, self.audio_embed.weight)  # (B, n, Q (K + 1))
+        logits = logits.unflatten(-1, (Q, K + 1))[..., :K]  # (B, n, Q, K)
         if self.audio_head_bias is not None:
             logits = logits + self.audio_head_bias.view(Q, K)
         return logits

@@ -84,13 +84,18 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> LunaTrainConfig:
         loop = LoopConfig(max_steps=6000, lr=5e-4, warmup_steps=300, weight_decay=0.1, log_every=10,
                           val_every=250, diag_every=0, checkpoint_every=500, checkpoint_minutes=10.0, patience=6)
         data = LunaDataConfig(batch_frames=2000, max_batch_size=32, max_frames=400)
+        # The first (coarse) codebook carries most of what is said; the deep ones sit near their unigram entropy.
+        # Weighted up (with phoneme input and tied heads, session 6), the first codebook's validation CE reached
+        # 4.84 nats after 1,250 steps, against 5.09 for the equal-weight, BPE run after 1,750.
+        diffusion = DiffusionConfig(codebook_weights=(4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0))
     else:  # luna-0.6b: the report's shape in bf16; sized for one large GPU, not measured here (no GPU in reach)
         loop = LoopConfig(max_steps=200_000, lr=2e-4, warmup_steps=2000, weight_decay=0.1, bf16=True,
                           log_every=50, val_every=2000, diag_every=0, checkpoint_every=2000,
                           checkpoint_minutes=30.0)
         data = LunaDataConfig(batch_frames=16_000, max_batch_size=128)
+        diffusion = DiffusionConfig()  # the report's: every cell weighs the same
     return LunaTrainConfig(name=name, model=model, duration=duration, shards=shards, manifest=manifest, data=data,
-                           loop=loop)
+                           loop=loop, diffusion=diffusion)
 
 
 def config_to_json(cfg: LunaTrainConfig) -> dict[str, Any]:

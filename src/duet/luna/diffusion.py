@@ -86,14 +86,19 @@ class DiffusionLoss:
     bound: torch.Tensor | None = None  # scalar, detached: the unweighted loss (the ELBO bound) when weights are used
 
 
-def normalised_weights(weights: tuple[float, ...], Q: int, device: torch.device) -> torch.Tensor | None:
-    """Codebook weights -> (Q,) tensor with mean 1, or None for equal weights."""
-    if not weights:
-        return None
-    if len(weights) != Q:
-        raise DuetError(f"{len(weights)} codebook weights for a grid of {Q} codebooks")
-    w = torch.tensor(weights, dtype=torch.float32, device=device)
-    return w * (Q / w.sum())
+def weighted_cell_loss(per_cell: torch.Tensor, num_cells: int,
+                       codebook_weights: tuple[float, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """per_cell (B, T, Q) (CE / t on masked cells, 0 elsewhere) -> (loss, bound): the sum over ``num_cells`` with
+    each codebook's cells weighted (weights normalised to mean 1), and the unweighted sum, detached (None when the
+    weights are equal, the loss then being the bound itself)."""
+    plain = per_cell.sum() / num_cells
+    if not codebook_weights:
+        return plain, None
+    Q = per_cell.shape[-1]
+    if len(codebook_weights) != Q:
+        raise DuetError(f"{len(codebook_weights)} codebook weights for a grid of {Q} codebooks")
+    w = torch.tensor(codebook_weights, dtype=per_cell.dtype, device=per_cell.device)
+    return (per_cell * (w * (Q / w.sum()))).sum() / num_cells, plain.detach()
 
 
 def _rand(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
@@ -149,14 +154,7 @@ def masked_diffusion_loss(
     ).view(B, T, Q)  # (B, T, Q); clamp only keeps padding (which may hold the mask id) in range, masked=False there
     masked = masked & lengths_to_mask(target_lengths, T)[:, :, None]  # padding is never a target cell
     m = masked.to(ce.dtype)
-    per_cell = ce * m / t[:, None, None]  # (B, T, Q)
-    weights = normalised_weights(codebook_weights, Q, logits.device)
-    bound = None
-    if weights is None:
-        loss = per_cell.sum() / num_cells
-    else:
-        loss = (per_cell * weights).sum() / num_cells
-        bound = (per_cell.sum() / num_cells).detach()
+    loss, bound = weighted_cell_loss(ce * m / t[:, None, None], num_cells, codebook_weights)
     with torch.no_grad():
         n = int(masked.sum())
         masked_ce = (ce * m).sum() / n if n else torch.tensor(float("nan"))

@@ -54,7 +54,7 @@ from torch import nn
 from duet.errors import DuetError
 from duet.luna.checkpoint import read_checkpoint, write_checkpoint
 from duet.luna.config import LunaConfig, luna_preset
-from duet.luna.diffusion import DiffusionConfig, drop_text, normalised_weights, sample_noise_level, split_prompt
+from duet.luna.diffusion import DiffusionConfig, drop_text, sample_noise_level, split_prompt, weighted_cell_loss
 from duet.luna.model import LunaInputs, LunaModel, segment_layout
 from duet.nn.masks import additive, lengths_to_mask, two_stream_block_mask
 
@@ -291,10 +291,8 @@ def block_diffusion_loss(
     masked = masked & lengths_to_mask(target_lengths, Fr)[:, :, None]
     m = masked.to(ce.dtype)
     t_frame = t.repeat_interleave(block_size, dim=1)[:, :Fr]  # (B, F)
-    per_cell = ce * m / t_frame[:, :, None]  # (B, F, Q)
-    diffusion = per_cell.sum() / num_cells
-    weights = normalised_weights(codebook_weights, Q, per_cell.device)
-    weighted = diffusion if weights is None else (per_cell * weights).sum() / num_cells
+    weighted, bound = weighted_cell_loss(ce * m / t_frame[:, :, None], num_cells, codebook_weights)
+    diffusion = weighted.detach() if bound is None else bound  # the unweighted bound, logged
 
     past_end, supervised = end_targets(target_lengths, block_size, Fr)
     bce = F.binary_cross_entropy_with_logits(logits.end.float(), past_end.float(), reduction="none")  # (B, F)
@@ -305,7 +303,7 @@ def block_diffusion_loss(
         acc = ((logits.codes.argmax(-1) == grid) & masked).sum().float() / n if n else torch.tensor(float("nan"))
         end_acc = (((logits.end > 0) == past_end) & supervised).sum().float() / supervised.sum()
     return RealtimeLoss(
-        weighted + end_weight * end, diffusion.detach(), end, masked_ce.detach(), acc, end_acc, n, num_cells
+        weighted + end_weight * end, diffusion, end, masked_ce.detach(), acc, end_acc, n, num_cells
     )
 
 

@@ -82,6 +82,17 @@ class LunaFamilySpeaker:
             raise DuetError(f"{self.name} needs a codec of {grid.num_codebooks} codebooks x {grid.codebook_size}; "
                             f"{codec} has {tuple(codec.codebook_sizes)}")
 
+    def token_durations(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Wrapped text ids -> (the duration predictor's expected frames per token (1, S), lengths (1,))."""
+        device = self.duration.head.weight.device
+        text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
+        lengths = torch.tensor([len(ids)], device=device)  # (1,)
+        return self.duration.token_durations(text, lengths), lengths
+
+    def predicted_frames(self, ids: list[int]) -> float:
+        """The duration predictor's length for wrapped text ids, in frames (before any speed or rounding)."""
+        return float(self.token_durations(ids)[0].sum())
+
 
 @dataclass(frozen=True)
 class LunaSpeakConfig:
@@ -134,10 +145,7 @@ class LunaSpeaker(LunaFamilySpeaker):
     def frames_for(self, ids: list[int], speed: float = 1.0, reserved: int = 0) -> tuple[int, str]:
         """-> (T, "length" or "bound") for wrapped text ids: the predictor's total / speed, capped (``reserved``:
         positions a prompt grid takes besides the text)."""
-        device = self.model.device
-        text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
-        lengths = torch.tensor([len(ids)], device=device)  # (1,)
-        durations = self.duration.token_durations(text, lengths)  # (1, S)
+        durations, lengths = self.token_durations(ids)  # (1, S), (1,)
         if round(float(durations.sum()) / speed) < 1:
             raise DuetError(f"the duration predictor gives this text 0 frames at speed {speed:g}; "
                             "use a lower speed or a longer text")

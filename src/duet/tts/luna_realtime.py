@@ -115,11 +115,6 @@ class RealtimeSpeaker(LunaFamilySpeaker):
         predicted = self.predicted_frames(ids) if predicted is None else predicted
         return math.floor(self.config.floor_factor * predicted)
 
-    def predicted_frames(self, ids: list[int]) -> float:
-        """The frozen duration predictor's length for wrapped text ids, in frames."""
-        device = self.duration.head.weight.device
-        text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
-        return float(self.duration.token_durations(text, torch.tensor([len(ids)], device=device)).sum())
 
     # ---- the stream ---------------------------------------------------------------------------------------------
     def chunks(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,

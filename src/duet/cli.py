@@ -13,7 +13,8 @@ import sys
 from duet.errors import DuetError
 
 # Areas whose ``register(subparsers)`` adds top-level commands. Imported lazily so `duet --help` stays fast.
-_AREAS = ("duet.tts.cli", "duet.data.cli", "duet.eval.cli", "duet.codecs.cli", "duet.train.cli", "duet.serve.cli")
+_AREAS = ("duet.tts.cli", "duet.tts.edit_cli", "duet.data.cli", "duet.eval.cli", "duet.codecs.cli", "duet.train.cli",
+          "duet.serve.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,20 +42,21 @@ class EditResult:
     span: tuple[int, int]  # where the regenerated frames lie in ``grid``
 
 
-def check_prompt_audio(audio: np.ndarray | torch.Tensor, min_rms_dbfs: float = SILENCE_DBFS) -> np.ndarray:
-    """Refuse a prompt clip that cannot carry a voice: empty, non-finite, or silent (RMS below ``min_rms_dbfs``).
+def check_prompt_audio(audio: np.ndarray | torch.Tensor, min_rms_dbfs: float = SILENCE_DBFS,
+                       what: str = "prompt audio") -> np.ndarray:
+    """Refuse a clip that cannot carry a voice: empty, non-finite, or silent (RMS below ``min_rms_dbfs``).
 
     audio (S,) mono float in [-1, 1] -> the same samples as float32 numpy, for the codec's ``encode``.
     """
     if isinstance(audio, torch.Tensor):
         audio = audio.detach().cpu().numpy()
     audio = np.asarray(audio, dtype=np.float32).reshape(-1)
-    check_audio(audio, "prompt audio")
+    check_audio(audio, what)
     rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64))))
     level = 20.0 * np.log10(rms) if rms > 0 else float("-inf")
     if level < min_rms_dbfs:
         raise DuetError(
-            f"prompt audio is silent (RMS {level:.1f} dBFS, below {min_rms_dbfs:.0f} dBFS): give a clip with speech"
+            f"{what} is silent (RMS {level:.1f} dBFS, below {min_rms_dbfs:.0f} dBFS): give a clip with speech"
         )
     return audio
 

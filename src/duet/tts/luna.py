@@ -22,6 +22,9 @@ prompt's pace: T = predicted frames of the piece x ``vp.pace`` / speed, where ``
 predictor's frames for its transcript, clipped to [0.5, 2] (a divergence of ours: the report does not say how it
 sets T when cloning).
 
+Editing (§2.5, infilling): ``edit(audio, transcript, (start, end), new_text=...)`` regenerates a stretch of a
+recording and keeps the rest's codes (``duet.tts.luna_edit``).
+
 Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
 """
 
@@ -237,3 +240,14 @@ class LunaSpeaker(LunaFamilySpeaker):
             audio.append(piece_audio)
             ended.append(how)
         return Speech(np.concatenate(audio).astype(np.float32), self.sample_rate, tuple(pieces), tuple(ended))
+
+    def edit(self, audio: np.ndarray | torch.Tensor, text: str, span_seconds: tuple[float, float], *,
+             new_text: str | None = None, sample_rate: int | None = None, seed: int | None = None,
+             steps: int | None = None, temperature: float | None = None, top_k: int | None = None,
+             cfg_scale: float | None = None):
+        """Speech editing: regenerate ``span_seconds`` of a recording whose transcript is ``text``, under
+        ``new_text`` (the whole new transcript) or the same text -> ``duet.tts.luna_edit.EditedSpeech``."""
+        from duet.tts.luna_edit import edit_speech
+
+        return edit_speech(self, audio, text, span_seconds, new_text=new_text, sample_rate=sample_rate, seed=seed,
+                           steps=steps, temperature=temperature, top_k=top_k, cfg_scale=cfg_scale)

@@ -1,0 +1,108 @@
+"""Speech editing with a Luna speaker (Luna-TTS report §2.5): regenerate a stretch of a recording, under its own
+transcript or a new one, and leave the rest of it as it was.
+
+The recording is encoded by the speaker's codec into a grid (T, Q). The seconds [start, end) become the frames
+[a, b) = [floor(start x fps), ceil(end x fps)) (b at most T). ``duet.luna.infill.edit`` then masks them and denoises
+the hole with the whole transcript as the text condition. With the same transcript the hole keeps b - a frames; with
+a new transcript it gets ``edit_span_frames`` frames: the old span plus the difference between the duration
+predictor's lengths of the new and the old transcript (the unedited words are assumed to keep their duration), at
+least one frame. ``new_text`` is the whole new transcript, not only the replaced words: Luna reads the whole
+utterance's text and finds where in it the hole lies.
+
+The codes outside the span are the recording's own, bit for bit (``EditedSpeech.grid``); the audio is the codec's
+decode of the edited grid, so outside the span it is the codec's reconstruction of the recording, not the input
+samples. Bad input is a DuetError before any decoding: an empty transcript, a silent, empty or non-finite
+recording, one longer than the speaker's ``max_frames``, a span that is empty or outside the recording, or a text
+that leaves no room for the grid in the model's positions.
+
+Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from duet.errors import DuetError
+from duet.luna.data import encode_text
+from duet.luna.infill import check_prompt_audio, edit, edit_span_frames
+from duet.tts.speech import Speech
+
+if TYPE_CHECKING:
+    from duet.tts.luna import LunaSpeaker
+
+
+@dataclass(frozen=True)
+class EditedSpeech:
+    speech: Speech  # the whole edited utterance
+    grid: torch.Tensor  # (T', Q) its codes: the recording's outside ``span``
+    span: tuple[int, int]  # the regenerated frames [a, a + n) of ``grid``
+    frame_rate: float  # codec frames per second
+
+    @property
+    def span_seconds(self) -> tuple[float, float]:
+        """Where the regenerated stretch lies in ``speech``, in seconds."""
+        return self.span[0] / self.frame_rate, self.span[1] / self.frame_rate
+
+
+def span_frames_of(span_seconds: tuple[float, float], seconds: float, frame_rate: float,
+                   num_frames: int) -> tuple[int, int]:
+    """[start, end) in seconds of a ``seconds`` long recording -> frames [a, b) covering it (b at most
+    ``num_frames``). A span that is empty, not finite or outside the recording is a DuetError."""
+    start, end = (float(s) for s in span_seconds)
+    if not (math.isfinite(start) and math.isfinite(end) and 0.0 <= start < end <= seconds + 1e-6):
+        raise DuetError(f"the editing span {start:g}-{end:g} s must be non-empty and lie inside the recording "
+                        f"(0-{seconds:.2f} s)")
+    a = math.floor(start * frame_rate)
+    b = min(num_frames, math.ceil(end * frame_rate))
+    if a >= b:
+        raise DuetError(f"the editing span {start:g}-{end:g} s falls after the recording's last whole codec frame "
+                        f"({num_frames / frame_rate:.2f} s)")
+    return a, b
+
+
+def edit_speech(speaker: "LunaSpeaker", audio: np.ndarray | torch.Tensor, text: str,
+                span_seconds: tuple[float, float], *, new_text: str | None = None, sample_rate: int | None = None,
+                seed: int | None = None, steps: int | None = None, temperature: float | None = None,
+                top_k: int | None = None, cfg_scale: float | None = None) -> EditedSpeech:
+    """Regenerate ``span_seconds`` of a recording (S,) mono float (resampled from ``sample_rate`` if given) whose
+    transcript is ``text``, under ``new_text`` (the whole new transcript) or ``text``. See the module doc."""
+    from duet.tts.luna import with_overrides
+
+    if not text or not text.strip():
+        raise DuetError("editing needs the recording's transcript (text); it is empty")
+    if new_text is not None and not new_text.strip():
+        raise DuetError("the new transcript is empty (leave it out to regenerate the span with the same words)")
+    decode = with_overrides(speaker.config.decode, steps=steps, temperature=temperature, top_k=top_k,
+                            cfg_scale=cfg_scale)
+    audio = check_prompt_audio(audio, what="the recording to edit")
+    seconds = len(audio) / (sample_rate or speaker.sample_rate)
+    frame_rate = speaker.codec.frame_rate
+    if seconds * frame_rate > speaker.config.max_frames:
+        raise DuetError(f"the recording is {seconds:.1f} s long; {speaker.name} edits at most "
+                        f"{speaker.config.max_frames / frame_rate:g} s")
+    with torch.no_grad():
+        codes = speaker.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, T)
+    grid = codes.transpose(0, 1).to(speaker.model.device)  # (T, Q)
+    a, b = span_frames_of(span_seconds, seconds, frame_rate, grid.shape[0])
+
+    old_ids = encode_text(text, speaker.tokenizer, language=speaker.config.language)
+    ids = old_ids if new_text is None else encode_text(new_text, speaker.tokenizer, language=speaker.config.language)
+    n = b - a if new_text is None else edit_span_frames((a, b), speaker.predicted_frames(old_ids),
+                                                        speaker.predicted_frames(ids))
+    positions = len(ids) + grid.shape[0] - (b - a) + n
+    if positions > speaker.model.config.backbone.max_positions:
+        raise DuetError(f"the transcript and the recording are too long for {speaker.name} ({positions} positions, "
+                        f"at most {speaker.model.config.backbone.max_positions}): edit a shorter recording")
+
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    text_ids = torch.tensor(ids, device=speaker.model.device)  # (S,)
+    result = edit(speaker.model, text_ids, grid, (a, b), n, decode, generator=generator)
+    with torch.no_grad():
+        out = speaker.codec.decode(result.grid.transpose(0, 1)[None]).audio[0]  # codes (1, Q, T') -> samples
+    speech = Speech(out.float().cpu().numpy(), speaker.sample_rate, ((new_text or text).strip(),), ("length",))
+    return EditedSpeech(speech, result.grid, result.span, frame_rate)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from checkpoint_testing import write_tiny_gepard, write_tiny_luna
 
 import duet
-from checkpoint_testing import write_tiny_gepard, write_tiny_luna
 from duet.cli import main
 from duet.errors import DuetError
 from duet.luna.data import encode_text

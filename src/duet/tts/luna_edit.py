@@ -65,7 +65,7 @@ def span_frames_of(span_seconds: tuple[float, float], seconds: float, frame_rate
     return a, b
 
 
-def edit_speech(speaker: "LunaSpeaker", audio: np.ndarray | torch.Tensor, text: str,
+def edit_speech(speaker: LunaSpeaker, audio: np.ndarray | torch.Tensor, text: str,
                 span_seconds: tuple[float, float], *, new_text: str | None = None, sample_rate: int | None = None,
                 seed: int | None = None, steps: int | None = None, temperature: float | None = None,
                 top_k: int | None = None, cfg_scale: float | None = None) -> EditedSpeech:

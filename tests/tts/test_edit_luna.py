@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from checkpoint_testing import write_tiny_gepard, write_tiny_luna
 
-import duet
+from checkpoint_testing import write_tiny_gepard
 from duet.cli import main
 from duet.errors import DuetError
 from duet.luna.data import encode_text
@@ -25,29 +24,21 @@ from duet.tts.luna_edit import span_frames_of
 TEXT = "Good morning."
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return write_tiny_luna(tmp_path_factory.mktemp("luna"))
 
 
-@pytest.fixture(scope="module")
-def speaker(model_dir):
-    return duet.load(model_dir)
-
-
-def _recording(speaker, seconds: float = 1.0, seed: int = 0) -> np.ndarray:
+def _recording(luna_speaker, seconds: float = 1.0, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    t = np.arange(round(seconds * speaker.sample_rate)) / speaker.sample_rate
+    t = np.arange(round(seconds * luna_speaker.sample_rate)) / luna_speaker.sample_rate
     return (0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.standard_normal(t.shape)).astype(np.float32)
 
 
-def _grid(speaker, audio: np.ndarray) -> torch.Tensor:
-    return speaker.codec.encode(torch.from_numpy(audio)[None]).codes[0].T  # (T, Q)
+def _grid(luna_speaker, audio: np.ndarray) -> torch.Tensor:
+    return luna_speaker.codec.encode(torch.from_numpy(audio)[None]).codes[0].T  # (T, Q)
 
 
-def _predicted(speaker, text: str) -> float:
-    ids = encode_text(text, speaker.tokenizer)
-    return float(speaker.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
+def _predicted(luna_speaker, text: str) -> float:
+    ids = encode_text(text, luna_speaker.tokenizer)
+    return float(luna_speaker.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
 
 
 def test_seconds_become_the_frames_that_cover_them():
@@ -57,46 +48,46 @@ def test_seconds_become_the_frames_that_cover_them():
     assert span_frames_of((0.9, 1.0), 1.0, 25.0, 24) == (22, 24)  # clipped to the grid
 
 
-def test_a_retake_keeps_the_codes_outside_the_span_and_matches_the_grid_level_edit(speaker):
+def test_a_retake_keeps_the_codes_outside_the_span_and_matches_the_grid_level_edit(luna_speaker):
     from duet.luna.infill import edit
 
-    audio = _recording(speaker)
-    before = _grid(speaker, audio)  # (T, Q)
-    fps = speaker.codec.frame_rate
+    audio = _recording(luna_speaker)
+    before = _grid(luna_speaker, audio)  # (T, Q)
+    fps = luna_speaker.codec.frame_rate
     a, b = math.floor(0.3 * fps), math.ceil(0.6 * fps)
-    edited = speaker.edit(audio, TEXT, (0.3, 0.6), seed=4, steps=4)
+    edited = luna_speaker.edit(audio, TEXT, (0.3, 0.6), seed=4, steps=4)
     assert edited.span == (a, b) and edited.grid.shape == before.shape
     assert edited.span_seconds == pytest.approx((a / fps, b / fps))
     assert torch.equal(edited.grid[:a], before[:a]) and torch.equal(edited.grid[b:], before[b:])
     assert not torch.equal(edited.grid[a:b], before[a:b])  # random weights: the regenerated codes differ
-    ids = torch.tensor(encode_text(TEXT, speaker.tokenizer))
-    expected = edit(speaker.model, ids, before, (a, b), b - a, replace(speaker.config.decode, steps=4),
+    ids = torch.tensor(encode_text(TEXT, luna_speaker.tokenizer))
+    expected = edit(luna_speaker.model, ids, before, (a, b), b - a, replace(luna_speaker.config.decode, steps=4),
                     generator=torch.Generator().manual_seed(4))
     assert torch.equal(edited.grid, expected.grid)
-    audio_expected = speaker.codec.decode(expected.grid.T[None]).audio[0].numpy()
+    audio_expected = luna_speaker.codec.decode(expected.grid.T[None]).audio[0].numpy()
     np.testing.assert_allclose(edited.speech.audio, audio_expected, atol=1e-6)
-    assert edited.speech.pieces == (TEXT,) and edited.speech.sample_rate == speaker.sample_rate
+    assert edited.speech.pieces == (TEXT,) and edited.speech.sample_rate == luna_speaker.sample_rate
 
 
-def test_a_new_transcript_resizes_the_span_by_the_change_in_predicted_length(speaker):
-    audio = _recording(speaker)
-    before = _grid(speaker, audio)
-    fps = speaker.codec.frame_rate
+def test_a_new_transcript_resizes_the_span_by_the_change_in_predicted_length(luna_speaker):
+    audio = _recording(luna_speaker)
+    before = _grid(luna_speaker, audio)
+    fps = luna_speaker.codec.frame_rate
     a, b = math.floor(0.2 * fps), math.ceil(0.4 * fps)
     new_text = "Good morning to you all, my friends."
-    n = max(1, round((b - a) + _predicted(speaker, new_text) - _predicted(speaker, TEXT)))
+    n = max(1, round((b - a) + _predicted(luna_speaker, new_text) - _predicted(luna_speaker, TEXT)))
     assert n != b - a  # the test needs a length change to mean anything
-    edited = speaker.edit(audio, TEXT, (0.2, 0.4), new_text=new_text, seed=1, steps=4)
+    edited = luna_speaker.edit(audio, TEXT, (0.2, 0.4), new_text=new_text, seed=1, steps=4)
     assert edited.span == (a, a + n) and edited.grid.shape[0] == before.shape[0] - (b - a) + n
     assert torch.equal(edited.grid[:a], before[:a]) and torch.equal(edited.grid[a + n:], before[b:])
-    assert edited.speech.audio.shape == (edited.grid.shape[0] * speaker.codec.samples_per_frame,)
+    assert edited.speech.audio.shape == (edited.grid.shape[0] * luna_speaker.codec.samples_per_frame,)
     assert edited.speech.pieces == (new_text,)
 
 
-def test_editing_is_seeded(speaker):
-    audio = _recording(speaker)
-    one = speaker.edit(audio, TEXT, (0.1, 0.5), seed=7, steps=4)
-    two = speaker.edit(audio, TEXT, (0.1, 0.5), seed=7, steps=4)
+def test_editing_is_seeded(luna_speaker):
+    audio = _recording(luna_speaker)
+    one = luna_speaker.edit(audio, TEXT, (0.1, 0.5), seed=7, steps=4)
+    two = luna_speaker.edit(audio, TEXT, (0.1, 0.5), seed=7, steps=4)
     assert torch.equal(one.grid, two.grid)
 
 
@@ -112,28 +103,28 @@ def test_editing_is_seeded(speaker):
     (dict(audio="long"), "edits at most"),
     (dict(steps=0), "steps"),
 ])
-def test_bad_input_is_a_clear_error_before_any_decoding(speaker, monkeypatch, kwargs, message):
+def test_bad_input_is_a_clear_error_before_any_decoding(luna_speaker, monkeypatch, kwargs, message):
     calls = []
-    forward = speaker.model.forward
-    monkeypatch.setattr(speaker.model, "forward", lambda inputs: calls.append(1) or forward(inputs))
+    forward = luna_speaker.model.forward
+    monkeypatch.setattr(luna_speaker.model, "forward", lambda inputs: calls.append(1) or forward(inputs))
     audios = {"silent": np.zeros(24000, np.float32), "nan": np.full(24000, np.nan, np.float32),
-              "long": _recording(speaker, seconds=31.0)}
-    args = dict(audio=_recording(speaker), text=TEXT, span_seconds=(0.2, 0.4)) | kwargs
+              "long": _recording(luna_speaker, seconds=31.0)}
+    args = dict(audio=_recording(luna_speaker), text=TEXT, span_seconds=(0.2, 0.4)) | kwargs
     args["audio"] = audios.get(args["audio"], args["audio"]) if isinstance(args["audio"], str) else args["audio"]
     with pytest.raises(DuetError, match=message):
-        speaker.edit(args.pop("audio"), args.pop("text"), args.pop("span_seconds"), **args)
+        luna_speaker.edit(args.pop("audio"), args.pop("text"), args.pop("span_seconds"), **args)
     assert calls == []
 
 
-def test_cli_edits_a_recording_as_the_api_does(model_dir, speaker, tmp_path, capsys):
+def test_cli_edits_a_recording_as_the_api_does(luna_dir, luna_speaker, tmp_path, capsys):
     src = tmp_path / "in.wav"
-    sf.write(src, _recording(speaker), speaker.sample_rate)
+    sf.write(src, _recording(luna_speaker), luna_speaker.sample_rate)
     out = tmp_path / "out.wav"
     argv = ["edit", str(src), "--text", TEXT, "--span", "0.2:0.5", "--new-text", "Good evening.", "-o", str(out),
-            "--model", str(model_dir), "--seed", "3", "--steps", "4"]
+            "--model", str(luna_dir), "--seed", "3", "--steps", "4"]
     assert main(argv) == 0
     assert "regenerated as" in capsys.readouterr().out
-    expected = speaker.edit(sf.read(src, dtype="float32")[0], TEXT, (0.2, 0.5), new_text="Good evening.", seed=3,
+    expected = luna_speaker.edit(sf.read(src, dtype="float32")[0], TEXT, (0.2, 0.5), new_text="Good evening.", seed=3,
                             steps=4)
     np.testing.assert_allclose(sf.read(out, dtype="float32")[0], expected.speech.audio, atol=1e-4)  # 16-bit file
 
@@ -147,11 +138,11 @@ def test_cli_edits_a_recording_as_the_api_does(model_dir, speaker, tmp_path, cap
     (["--model", "GEPARD"], "editing needs a Luna model"),
     (["--input", "missing.wav"], "no such file"),
 ])
-def test_cli_errors_are_one_line_and_write_nothing(model_dir, speaker, tmp_path, capsys, extra, message):
+def test_cli_errors_are_one_line_and_write_nothing(luna_dir, luna_speaker, tmp_path, capsys, extra, message):
     src = tmp_path / "in.wav"
-    sf.write(src, _recording(speaker), speaker.sample_rate)
+    sf.write(src, _recording(luna_speaker), luna_speaker.sample_rate)
     gepard = write_tiny_gepard(tmp_path / "g") if "GEPARD" in extra else None
-    options = {"--span": "0.2:0.5", "--model": str(model_dir), "--input": str(src)}
+    options = {"--span": "0.2:0.5", "--model": str(luna_dir), "--input": str(src)}
     for flag, value in zip(extra[::2], extra[1::2]):
         options[flag] = {"GEPARD": str(gepard), "missing.wav": str(tmp_path / "missing.wav")}.get(value, value)
     out = tmp_path / "x.wav"

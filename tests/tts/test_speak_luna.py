@@ -15,7 +15,7 @@ import soundfile as sf
 import torch
 
 import duet
-from checkpoint_testing import write_tiny_gepard, write_tiny_luna
+from checkpoint_testing import write_tiny_gepard
 from duet.cli import main
 from duet.errors import DuetError
 from duet.luna.data import encode_text
@@ -24,191 +24,182 @@ from duet.tts.luna import LunaSpeaker
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return write_tiny_luna(tmp_path_factory.mktemp("luna"))
-
-
-@pytest.fixture(scope="module")
 def gepard_dir(tmp_path_factory):
     return write_tiny_gepard(tmp_path_factory.mktemp("gepard"))
 
 
-@pytest.fixture(scope="module")
-def speaker(model_dir):
-    return duet.load(model_dir)
 
-
-def _frames(speaker, text: str, speed: float = 1.0) -> int:
-    return speaker.frames_for(encode_text(text, speaker.tokenizer), speed)[0]
+def _frames(luna_speaker, text: str, speed: float = 1.0) -> int:
+    return luna_speaker.frames_for(encode_text(text, luna_speaker.tokenizer), speed)[0]
 
 
 def _text(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor([ids]), torch.tensor([len(ids)])  # (1, S), (1,)
 
 
-def _count_forwards(speaker, monkeypatch) -> list[int]:
+def _count_forwards(luna_speaker, monkeypatch) -> list[int]:
     calls: list[int] = []
-    forward = speaker.model.forward
+    forward = luna_speaker.model.forward
 
     def counted(inputs):
         calls.append(inputs.target.shape[0])
         return forward(inputs)
 
-    monkeypatch.setattr(speaker.model, "forward", counted)
+    monkeypatch.setattr(luna_speaker.model, "forward", counted)
     return calls
 
 
-def test_load_dispatches_on_the_config_type_and_luna_tiny_is_a_known_name(speaker):
-    assert isinstance(speaker, LunaSpeaker) and "luna-tiny" in MODELS
-    assert speaker.sample_rate == speaker.codec.sample_rate and speaker.voices == ("default",)
+def test_load_dispatches_on_the_config_type_and_luna_tiny_is_a_known_name(luna_speaker):
+    assert isinstance(luna_speaker, LunaSpeaker) and "luna-tiny" in MODELS
+    assert luna_speaker.sample_rate == luna_speaker.codec.sample_rate and luna_speaker.voices == ("default",)
 
 
-def test_length_comes_from_the_duration_predictor_and_speed_scales_it(speaker):
+def test_length_comes_from_the_duration_predictor_and_speed_scales_it(luna_speaker):
     text = "Hello there."
-    ids = encode_text(text, speaker.tokenizer)
-    expected = float(speaker.duration.token_durations(*_text(ids)).sum())
-    frames = _frames(speaker, text)
-    assert frames == round(expected) > 0 and speaker.frames_for(ids) == (frames, "length")
-    assert _frames(speaker, text, speed=2.0) == round(expected / 2)
-    speech = speaker.speak(text, seed=3, steps=8)
-    spf = speaker.codec.samples_per_frame
+    ids = encode_text(text, luna_speaker.tokenizer)
+    expected = float(luna_speaker.duration.token_durations(*_text(ids)).sum())
+    frames = _frames(luna_speaker, text)
+    assert frames == round(expected) > 0 and luna_speaker.frames_for(ids) == (frames, "length")
+    assert _frames(luna_speaker, text, speed=2.0) == round(expected / 2)
+    speech = luna_speaker.speak(text, seed=3, steps=8)
+    spf = luna_speaker.codec.samples_per_frame
     assert speech.audio.dtype == np.float32 and speech.audio.shape == (frames * spf,)
     assert speech.ended == ("length",) and speech.pieces == (text,)
-    fast = speaker.speak(text, seed=3, steps=8, speed=2.0)
+    fast = luna_speaker.speak(text, seed=3, steps=8, speed=2.0)
     assert fast.audio.shape == (round(expected / 2) * spf,)
 
 
 @pytest.mark.parametrize("steps", [32, 16, 8])
-def test_steps_set_the_number_of_refinement_passes(speaker, monkeypatch, steps):
-    calls = _count_forwards(speaker, monkeypatch)
-    speech = speaker.speak("Good morning.", seed=0, steps=steps)
+def test_steps_set_the_number_of_refinement_passes(luna_speaker, monkeypatch, steps):
+    calls = _count_forwards(luna_speaker, monkeypatch)
+    speech = luna_speaker.speak("Good morning.", seed=0, steps=steps)
     assert len(calls) == steps and set(calls) == {2}  # one forward per step, conditional + unconditional rows (CFG)
-    assert len(speech.audio) == _frames(speaker, "Good morning.") * speaker.codec.samples_per_frame
+    assert len(speech.audio) == _frames(luna_speaker, "Good morning.") * luna_speaker.codec.samples_per_frame
 
 
-def test_cfg_scale_one_drops_the_unconditional_rows(speaker, monkeypatch):
-    calls = _count_forwards(speaker, monkeypatch)
-    speaker.speak("Good morning.", seed=0, steps=8, cfg_scale=1.0)
+def test_cfg_scale_one_drops_the_unconditional_rows(luna_speaker, monkeypatch):
+    calls = _count_forwards(luna_speaker, monkeypatch)
+    luna_speaker.speak("Good morning.", seed=0, steps=8, cfg_scale=1.0)
     assert len(calls) == 8 and set(calls) == {1}
     with pytest.raises(DuetError, match="cfg_scale"):
-        speaker.stream("Hi.", cfg_scale=-1.0)
+        luna_speaker.stream("Hi.", cfg_scale=-1.0)
 
 
-def test_default_is_32_steps(speaker, monkeypatch):
-    calls = _count_forwards(speaker, monkeypatch)
-    speaker.speak("Hi.", seed=0)
+def test_default_is_32_steps(luna_speaker, monkeypatch):
+    calls = _count_forwards(luna_speaker, monkeypatch)
+    luna_speaker.speak("Hi.", seed=0)
     assert len(calls) == 32
 
 
-def test_speak_is_seeded(speaker):
-    a = speaker.speak("Hello there.", seed=3, steps=8)
-    b = speaker.speak("Hello there.", seed=3, steps=8)
-    c = speaker.speak("Hello there.", seed=4, steps=8)
+def test_speak_is_seeded(luna_speaker):
+    a = luna_speaker.speak("Hello there.", seed=3, steps=8)
+    b = luna_speaker.speak("Hello there.", seed=3, steps=8)
+    c = luna_speaker.speak("Hello there.", seed=4, steps=8)
     np.testing.assert_array_equal(a.audio, b.audio)
     assert not np.array_equal(a.audio, c.audio)
 
 
-def test_long_text_is_spoken_sentence_by_sentence_and_streams_one_chunk_per_sentence(speaker):
+def test_long_text_is_spoken_sentence_by_sentence_and_streams_one_chunk_per_sentence(luna_speaker):
     text = "Hello there. How are you? Good morning."
-    speech = speaker.speak(text, seed=1, steps=8)
-    gap = round(speaker.config.gap_seconds * speech.sample_rate)
+    speech = luna_speaker.speak(text, seed=1, steps=8)
+    gap = round(luna_speaker.config.gap_seconds * speech.sample_rate)
     pieces = ("Hello there.", "How are you?", "Good morning.")
     assert speech.pieces == pieces and speech.ended == ("length",) * 3
-    spf = speaker.codec.samples_per_frame
-    assert len(speech.audio) == sum(_frames(speaker, p) for p in pieces) * spf + 2 * gap
+    spf = luna_speaker.codec.samples_per_frame
+    assert len(speech.audio) == sum(_frames(luna_speaker, p) for p in pieces) * spf + 2 * gap
     ended: list[str] = []
-    chunks = list(speaker.stream(text, seed=1, steps=8, ended=ended))
+    chunks = list(luna_speaker.stream(text, seed=1, steps=8, ended=ended))
     assert len(chunks) == 5 and [len(c) for c in chunks[1::2]] == [gap, gap]  # piece, gap, piece, gap, piece
     assert ended == list(speech.ended)
     np.testing.assert_array_equal(np.concatenate(chunks), speech.audio)
 
 
-def test_a_length_past_the_bound_is_capped(model_dir):
-    speaker = duet.load(model_dir)
-    speaker.config = replace(speaker.config, max_frames=5)
-    speech = speaker.speak("The quick brown fox jumps over the lazy dog.", seed=0, steps=8)
-    assert speech.ended == ("bound",) and len(speech.audio) == 5 * speaker.codec.samples_per_frame
+def test_a_length_past_the_bound_is_capped(luna_dir):
+    luna_speaker = duet.load(luna_dir)
+    luna_speaker.config = replace(luna_speaker.config, max_frames=5)
+    speech = luna_speaker.speak("The quick brown fox jumps over the lazy dog.", seed=0, steps=8)
+    assert speech.ended == ("bound",) and len(speech.audio) == 5 * luna_speaker.codec.samples_per_frame
 
 
-def test_bad_input_is_a_clear_error_before_any_decoding(speaker, monkeypatch):
-    calls = _count_forwards(speaker, monkeypatch)
+def test_bad_input_is_a_clear_error_before_any_decoding(luna_speaker, monkeypatch):
+    calls = _count_forwards(luna_speaker, monkeypatch)
     for steps in (0, -3):
         with pytest.raises(DuetError, match="steps must be a positive integer"):
-            speaker.speak("Hi.", steps=steps)
+            luna_speaker.speak("Hi.", steps=steps)
         with pytest.raises(DuetError, match="steps must be a positive integer"):
-            speaker.stream("Hi.", steps=steps)  # eager: raised by the call, not by the first chunk
+            luna_speaker.stream("Hi.", steps=steps)  # eager: raised by the call, not by the first chunk
     with pytest.raises(DuetError, match="speed must be a positive"):
-        speaker.speak("Hi.", speed=0.0)
+        luna_speaker.speak("Hi.", speed=0.0)
     with pytest.raises(DuetError, match="0 frames"):
-        speaker.speak("Hi.", speed=1e6)
+        luna_speaker.speak("Hi.", speed=1e6)
     with pytest.raises(DuetError, match="empty"):
-        speaker.speak("   ")
+        luna_speaker.speak("   ")
     with pytest.raises(DuetError, match="unknown voice"):
-        speaker.speak("Hi.", voice="nobody")
+        luna_speaker.speak("Hi.", voice="nobody")
     assert calls == []
 
 
-def _clip(speaker, seconds: float = 0.6, seed: int = 0) -> np.ndarray:
+def _clip(luna_speaker, seconds: float = 0.6, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    t = np.arange(round(seconds * speaker.sample_rate)) / speaker.sample_rate
+    t = np.arange(round(seconds * luna_speaker.sample_rate)) / luna_speaker.sample_rate
     return (0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.standard_normal(t.shape)).astype(np.float32)
 
 
-def test_voice_prompt_holds_the_clips_codes_and_its_pace(speaker):
-    clip = _clip(speaker)
-    vp = speaker.voice_prompt(clip, "  Good morning. ")
-    codes = speaker.codec.encode(torch.from_numpy(clip)[None]).codes[0]  # (Q, P)
+def test_voice_prompt_holds_the_clips_codes_and_its_pace(luna_speaker):
+    clip = _clip(luna_speaker)
+    vp = luna_speaker.voice_prompt(clip, "  Good morning. ")
+    codes = luna_speaker.codec.encode(torch.from_numpy(clip)[None]).codes[0]  # (Q, P)
     assert torch.equal(vp.grid, codes.T) and vp.text == "Good morning."
-    predicted = float(speaker.duration.token_durations(*_text(encode_text("Good morning.", speaker.tokenizer))).sum())
+    predicted = float(luna_speaker.duration.token_durations(*_text(encode_text("Good morning.", luna_speaker.tokenizer))).sum())
     assert vp.pace == pytest.approx(min(2.0, max(0.5, codes.shape[1] / round(predicted))))
 
 
-def test_cloning_decodes_transcript_plus_text_after_the_prompt_grid_as_infill_clone_does(speaker, monkeypatch):
+def test_cloning_decodes_transcript_plus_text_after_the_prompt_grid_as_infill_clone_does(luna_speaker, monkeypatch):
     from duet.luna.infill import clone
 
-    vp = speaker.voice_prompt(_clip(speaker), "Good morning.")
+    vp = luna_speaker.voice_prompt(_clip(luna_speaker), "Good morning.")
     seen = []
-    forward = speaker.model.forward
+    forward = luna_speaker.model.forward
 
     def spy(inputs):
         seen.append(inputs)
         return forward(inputs)
 
-    monkeypatch.setattr(speaker.model, "forward", spy)
-    speech = speaker.speak("Hello there.", seed=5, steps=8, prompt=vp)
-    ids = encode_text("Good morning. Hello there.", speaker.tokenizer)
-    predicted = float(speaker.duration.token_durations(*_text(encode_text("Hello there.", speaker.tokenizer))).sum())
+    monkeypatch.setattr(luna_speaker.model, "forward", spy)
+    speech = luna_speaker.speak("Hello there.", seed=5, steps=8, prompt=vp)
+    ids = encode_text("Good morning. Hello there.", luna_speaker.tokenizer)
+    predicted = float(luna_speaker.duration.token_durations(*_text(encode_text("Hello there.", luna_speaker.tokenizer))).sum())
     frames = round(predicted * vp.pace)
     assert seen and torch.equal(seen[0].prompt[0], vp.grid) and seen[0].text_ids[0].tolist() == ids
-    assert speech.audio.shape == (frames * speaker.codec.samples_per_frame,)
-    monkeypatch.setattr(speaker.model, "forward", forward)
-    grid = clone(speaker.model, torch.tensor(ids), vp.grid, frames, replace(speaker.config.decode, steps=8),
+    assert speech.audio.shape == (frames * luna_speaker.codec.samples_per_frame,)
+    monkeypatch.setattr(luna_speaker.model, "forward", forward)
+    grid = clone(luna_speaker.model, torch.tensor(ids), vp.grid, frames, replace(luna_speaker.config.decode, steps=8),
                  generator=torch.Generator().manual_seed(5))  # (T, Q)
-    expected = speaker.codec.decode(grid.T[None]).audio[0].numpy()
+    expected = luna_speaker.codec.decode(grid.T[None]).audio[0].numpy()
     np.testing.assert_allclose(speech.audio, expected, atol=1e-6)
 
 
-def test_bad_prompts_are_refused_before_any_decoding(speaker, monkeypatch):
-    calls = _count_forwards(speaker, monkeypatch)
+def test_bad_prompts_are_refused_before_any_decoding(luna_speaker, monkeypatch):
+    calls = _count_forwards(luna_speaker, monkeypatch)
     with pytest.raises(DuetError, match="silent"):
-        speaker.voice_prompt(np.zeros(8000, np.float32), "Hi.")
+        luna_speaker.voice_prompt(np.zeros(8000, np.float32), "Hi.")
     with pytest.raises(DuetError, match="transcript"):
-        speaker.voice_prompt(_clip(speaker), "  ")
+        luna_speaker.voice_prompt(_clip(luna_speaker), "  ")
     with pytest.raises(DuetError, match="at most"):
-        speaker.voice_prompt(_clip(speaker, seconds=21.0), "Hi.")
+        luna_speaker.voice_prompt(_clip(luna_speaker, seconds=21.0), "Hi.")
     with pytest.raises(DuetError, match="non-finite|NaN|finite"):
-        speaker.voice_prompt(np.full(8000, np.nan, np.float32), "Hi.")
+        luna_speaker.voice_prompt(np.full(8000, np.nan, np.float32), "Hi.")
     assert calls == []
 
 
-def test_a_codec_of_another_shape_is_refused(model_dir, gepard_dir):
+def test_a_codec_of_another_shape_is_refused(luna_dir, gepard_dir):
     with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
-        LunaSpeaker.from_pretrained(model_dir, codec=str(gepard_dir.parent / "codec"))
+        LunaSpeaker.from_pretrained(luna_dir, codec=str(gepard_dir.parent / "codec"))
 
 
-def test_cli_speaks_with_steps_and_streams(model_dir, tmp_path, capsys):
+def test_cli_speaks_with_steps_and_streams(luna_dir, tmp_path, capsys):
     out = tmp_path / "hello.wav"
-    argv = ["speak", "Hello there. Good morning.", "-o", str(out), "--model", str(model_dir), "--seed", "1",
+    argv = ["speak", "Hello there. Good morning.", "-o", str(out), "--model", str(luna_dir), "--seed", "1",
             "--steps", "16"]
     assert main(argv) == 0
     audio, sr = sf.read(out, dtype="float32")
@@ -226,9 +217,9 @@ def test_cli_speaks_with_steps_and_streams(model_dir, tmp_path, capsys):
     (["--speed", "0"], "--speed must be a positive number"),
     (["--speed", "1e6"], "0 frames"),
 ])
-def test_cli_luna_errors_are_one_line_and_write_nothing(model_dir, tmp_path, capsys, extra, message):
+def test_cli_luna_errors_are_one_line_and_write_nothing(luna_dir, tmp_path, capsys, extra, message):
     out = tmp_path / "x.wav"
-    assert main(["speak", "Hi.", "-o", str(out), "--model", str(model_dir), *extra]) == 2
+    assert main(["speak", "Hi.", "-o", str(out), "--model", str(luna_dir), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
@@ -243,15 +234,15 @@ def test_cli_refuses_steps_for_gepard(gepard_dir, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_cli_clones_a_prompt_clip(model_dir, speaker, tmp_path, capsys):
+def test_cli_clones_a_prompt_clip(luna_dir, luna_speaker, tmp_path, capsys):
     ref = tmp_path / "ref.wav"
-    sf.write(ref, _clip(speaker), speaker.sample_rate)
+    sf.write(ref, _clip(luna_speaker), luna_speaker.sample_rate)
     out = tmp_path / "cloned.wav"
-    argv = ["speak", "Hello there.", "-o", str(out), "--model", str(model_dir), "--seed", "2", "--steps", "4",
+    argv = ["speak", "Hello there.", "-o", str(out), "--model", str(luna_dir), "--seed", "2", "--steps", "4",
             "--prompt", str(ref), "--prompt-text", "Good morning."]
     assert main(argv) == 0
-    vp = speaker.voice_prompt(sf.read(ref, dtype="float32")[0], "Good morning.")
-    expected = speaker.speak("Hello there.", seed=2, steps=4, prompt=vp).audio
+    vp = luna_speaker.voice_prompt(sf.read(ref, dtype="float32")[0], "Good morning.")
+    expected = luna_speaker.speak("Hello there.", seed=2, steps=4, prompt=vp).audio
     np.testing.assert_allclose(sf.read(out, dtype="float32")[0], expected, atol=1e-4)  # 16-bit file
 
 
@@ -261,14 +252,14 @@ def test_cli_clones_a_prompt_clip(model_dir, speaker, tmp_path, capsys):
     (["--prompt", "missing.wav", "--prompt-text", "Hi."], "no such file"),
     (["--prompt", "SILENT", "--prompt-text", "Hi."], "silent"),
 ])
-def test_cli_prompt_errors_are_one_line(model_dir, tmp_path, capsys, extra, message):
+def test_cli_prompt_errors_are_one_line(luna_dir, tmp_path, capsys, extra, message):
     ref, silent = tmp_path / "ref.wav", tmp_path / "silent.wav"
     sf.write(ref, np.full(8000, 0.2, np.float32), 24000)
     sf.write(silent, np.zeros(8000, np.float32), 24000)
     extra = [{"REF": str(ref), "SILENT": str(silent), "missing.wav": str(tmp_path / "missing.wav")}.get(a, a)
              for a in extra]
     out = tmp_path / "x.wav"
-    assert main(["speak", "Hi.", "-o", str(out), "--model", str(model_dir), *extra]) == 2
+    assert main(["speak", "Hi.", "-o", str(out), "--model", str(luna_dir), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()

@@ -212,3 +212,60 @@ def test_command_line_trains_luna_tiny_and_exports(corpus, tmp_path, capsys):
     loaded = load_luna(tmp_path / "ship")
     assert loaded.bundle.acoustic.config == cfg.model and loaded.bundle.duration.config == cfg.duration
     assert main(["luna", "--out", str(tmp_path / "none")]) == 2  # no preset and nothing to resume
+
+
+def test_alignments_replace_the_spread_where_they_fit(corpus):
+    plain = _data(corpus)
+    first, second = plain.items[0], plain.items[1]
+    S = len(first.ids) + 2
+    mine = [1] * (S - 1) + [first.frames - (S - 1)]  # one frame per token, the rest to EOT
+    alignments = {first.id: mine, second.id: [second.frames]}  # the second's count of tokens is wrong
+    manifest, shards, tokenizer = corpus
+    data = LunaData.from_shards(shards, manifest, get_tokenizer(tokenizer), DATA, "train", model=micro_configs()[0],
+                                alignments=alignments)
+    assert data.unaligned == len(data) - 1 and "without an alignment" in data.summary()
+    assert plain.unaligned is None and "alignment" not in plain.summary()
+    batch = data.make_batch([0, 1])
+    assert batch.durations[0, :S].tolist() == mine
+    s = int(batch.inputs.text_lengths[1])
+    assert batch.durations[1, :s].tolist() == plain.make_batch([1]).durations[0, :s].tolist()  # the spread
+
+
+def test_duration_only_trains_the_predictor_alone(corpus, tmp_path):
+    cfg = _recipe(corpus, max_steps=2, val_every=2)
+    train_luna(cfg, tmp_path / "a", tokenizer="train-bpe", progress=False)
+    shipped = load_luna(export_luna(tmp_path / "a", tmp_path / "shipped", best=False)).bundle.state_dict()
+    train_luna(replace(cfg, duration_only=True), tmp_path / "b", progress=False, init_from=tmp_path / "shipped")
+    after = load_weights(latest_checkpoint(tmp_path / "b"), "model")
+    assert all(torch.equal(after[k], shipped[k]) for k in shipped if k.startswith("acoustic."))
+    assert any(not torch.equal(after[k], shipped[k]) for k in shipped if k.startswith("duration."))
+    rows = read_metrics(tmp_path / "b" / "metrics.jsonl")
+    train_rows = [r for r in rows if "loss" in r]
+    assert train_rows and all("diffusion" not in r and r["loss"] == r["duration_ce"] for r in train_rows)
+    assert any("val_duration_ce" in r for r in rows)
+
+
+def test_data_align_writes_alignments_that_training_reads(corpus, tmp_path, capsys):
+    from duet.cli import main as duet_main
+    from duet.luna.align import read_alignments
+
+    manifest, shards, tokenizer = corpus
+    out = tmp_path / "align.jsonl"
+    argv = ["data", "align", "--manifest", str(manifest), "--shards", str(shards), "--tokenizer", str(tokenizer),
+            "--out", str(out), "--iterations", "2", "--quiet"]
+    assert duet_main(argv) == 0
+    assert "kept the spread" in capsys.readouterr().out
+    alignments = read_alignments(out, tokenizer)
+    items = _data(corpus).items + _data(corpus, "val").items
+    assert {it.id for it in items} <= set(alignments)
+    for it in items:
+        d = alignments[it.id]
+        assert len(d) == len(it.ids) + 2 and sum(d) == it.frames
+        assert min(d) >= 1 or it.frames < len(d)  # every token a frame, unless there are too few frames
+    aligned = LunaData.from_shards(shards, manifest, get_tokenizer(tokenizer), DATA, "train",
+                                   model=micro_configs()[0], alignments=alignments)
+    assert aligned.unaligned == 0
+    cfg = replace(_recipe(corpus, max_steps=1, val_every=0), data=replace(DATA, alignments=str(out)))
+    assert train_luna(cfg, tmp_path / "run", tokenizer=str(tokenizer), progress=False).step == 1
+    with pytest.raises(DuetError, match="another tokenizer"):  # a BPE of another size: other ids
+        train_luna(replace(cfg, bpe_vocab=280), tmp_path / "other", tokenizer="train-bpe", progress=False)

@@ -1,4 +1,5 @@
-"""`duet data build` and `duet data encode`: flags -> library calls (`build.build_corpus`, `shards.encode_corpus`)."""
+"""`duet data build`, `duet data encode` and `duet data align`: flags -> library calls (`build.build_corpus`,
+`shards.encode_corpus`, `duet.luna.align_corpus.align_corpus`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     encode.add_argument("--batch-size", type=int, default=8, help="utterances per codec call")
     encode.add_argument("--quiet", action="store_true", help="no progress bar")
     encode.set_defaults(func=_encode)
+
+    align = sub.add_parser("align", help="force-align text tokens to code frames (Luna's duration targets)")
+    align.add_argument("--manifest", required=True, help="manifest.jsonl of a built corpus")
+    align.add_argument("--shards", required=True, help="its code shards (the frame grid to align to)")
+    align.add_argument("--tokenizer", required=True,
+                       help="the tokenizer.json Luna trains with (a run's or a shipped model's)")
+    align.add_argument("--out", required=True, help="alignment file to write (JSON lines)")
+    align.add_argument("--languages", default="", help="comma-separated language prefixes, as for training")
+    align.add_argument("--iterations", type=int, default=6, help="EM rounds")
+    align.add_argument("--limit", type=int, default=None, help="align only the first N utterances (a trial)")
+    align.add_argument("--quiet", action="store_true", help="no progress bars")
+    align.set_defaults(func=_align)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -67,4 +80,27 @@ def _encode(args: argparse.Namespace) -> int:
     if not args.quiet:
         n = sum(len(shard["ids"]) for shard in index["shards"])
         print(f"{n} utterances in {len(index['shards'])} shards under {args.out}")
+    return 0
+
+
+def _align(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from duet.errors import DuetError
+    from duet.luna.align import AlignerConfig
+    from duet.luna.align_corpus import align_corpus
+
+    tokenizer = Path(args.tokenizer)
+    if tokenizer.is_dir():
+        tokenizer = tokenizer / "tokenizer.json"
+    if not tokenizer.is_file():
+        raise DuetError(f"--tokenizer {args.tokenizer}: no tokenizer.json there")
+    if args.iterations < 1:
+        raise DuetError(f"--iterations must be at least 1, got {args.iterations}")
+    languages = tuple(x for x in args.languages.split(",") if x)
+    done = align_corpus(args.manifest, args.shards, tokenizer, args.out, languages=languages,
+                        cfg=AlignerConfig(iterations=args.iterations), limit=args.limit, progress=not args.quiet)
+    r = done.result
+    print(f"{args.out}: {done.utterances} utterances, {done.frames} frames; mean log-likelihood per frame by round "
+          f"{', '.join(f'{x:.2f}' for x in r.log_lik)}; {len(r.fallback)} kept the spread (fewer frames than tokens)")
     return 0

@@ -49,7 +49,7 @@ class LunaBatch:
 
 @dataclass(frozen=True)
 class LunaLosses:
-    diffusion: DiffusionLoss  # the masked-diffusion loss and its detached metrics
+    diffusion: DiffusionLoss | None  # the masked-diffusion loss and its detached metrics (None: predictor only)
     duration: torch.Tensor  # scalar: the predictor's mean bin cross-entropy over real tokens
     length_error: torch.Tensor  # scalar, detached: mean |sum of expected durations - T| / T over rows
 
@@ -68,9 +68,10 @@ class LunaBundle(nn.Module):
         self.duration = DurationPredictor(duration)
 
     def forward(self, batch: LunaBatch, cfg: DiffusionConfig = DiffusionConfig(),
-                generator: torch.Generator | None = None) -> LunaLosses:
+                generator: torch.Generator | None = None, duration_only: bool = False) -> LunaLosses:
+        """The losses of one batch; ``duration_only`` skips the acoustic model (a predictor-only fine-tune)."""
         inputs = batch.inputs
-        diffusion = diffusion_training_loss(self.acoustic, inputs, cfg, generator)
+        diffusion = None if duration_only else diffusion_training_loss(self.acoustic, inputs, cfg, generator)
         logits = self.duration(inputs.text_ids, inputs.text_lengths)  # (B, S, N)
         loss = duration_loss(logits, inputs.text_lengths, batch.durations)
         with torch.no_grad():

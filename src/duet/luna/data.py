@@ -6,17 +6,21 @@ One utterance::
     manifest text --normalise (English)--> tokenizer (ids + character offsets) --> [SOT, ids..., EOT]   (S = n + 2)
     shard codes (Q=8, T) --transpose--> target grid (T, Q), codes 0..K-1 (Luna-Codec: 8 x 2048 at 25 Hz)
     characters of each token --spread_frames--> durations (S,): 0 for SOT and EOT, the rest add up to T
+    or, with an alignment file (``duet data align``): the forced alignment's durations (S,), SOT and EOT included
 
 Text is prepared exactly as for Gepard (``duet.data.utterances``: English normalisation for ``en*`` manifest
 languages, others as written) and wrapped in SOT/EOT; no SOS, because nothing autoregressive follows (the target's
 own embeddings mark where audio starts). Inference wraps the same way (:func:`encode_text`).
 
-Duration targets: AN APPROXIMATION STANDING IN FOR FORCED ALIGNMENT. The report supervises the duration predictor
-with forced-alignment durations; this corpus has none. Each utterance's true frame count T is spread over its text
-tokens in proportion to their non-space characters (:func:`token_weights`, then ``duration.spread_frames``), with
-cumulative rounding so the targets add up to T exactly. Per-token targets are right only on average (every
-character is taken to last equally long; pauses, stress and leading / trailing silence are smeared over all tokens),
-but the predictor's total, the only thing decoding uses (T = sum of expected durations), is supervised exactly.
+Duration targets. The report supervises the duration predictor with forced-alignment durations. With
+``LunaDataConfig.alignments`` (a file from ``duet data align``, ``duet.luna.align``: a monotonic alignment search
+under a flat-start model of the corpus itself, made with the run's tokenizer) each utterance's targets are its
+alignment: a frame count per token of [SOT, tokens..., EOT], SOT and EOT holding the leading and trailing silence.
+Without one, or for an utterance the file lacks, an approximation stands in: the true frame count T spread over the
+text tokens in proportion to their non-space characters (:func:`token_weights`, then ``duration.spread_frames``),
+0 for SOT and EOT, rounded cumulatively so the targets add up to T exactly (pauses, stress and silence are smeared
+over all tokens). Either way the predictor's total, the only thing decoding uses (T = sum of expected durations),
+is supervised exactly.
 
 Prompts are not cut here: batches hold whole utterances and the objective cuts each row's prompt off its own grid
 (``diffusion.split_prompt``) with its seeded generator, so every epoch sees fresh splits.
@@ -32,9 +36,9 @@ Shape legend: B batch, S text ids (with SOT/EOT), T frames, Q codebooks, K codes
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -61,6 +65,7 @@ class LunaDataConfig:
     normalize: bool = True  # English text normalisation (numbers, money, abbreviations -> words)
     val_items: int = 64  # held-out utterances scored at each validation (0 = no validation)
     seed: int = 0
+    alignments: str | None = None  # duration targets from ``duet data align`` (None: the character spread)
 
     def __post_init__(self) -> None:
         if self.batch_frames < 1 or self.max_batch_size < 1 or self.max_frames < 1 or self.bucket_width < 1:
@@ -95,6 +100,11 @@ class _Item:
     ids: tuple[int, ...]  # its token ids, without SOT/EOT
     weights: tuple[int, ...]  # non-space characters per token
     frames: int
+    durations: tuple[int, ...] | None = None  # forced-alignment targets of [SOT, ids..., EOT], if aligned
+
+    def targets(self) -> list[int]:
+        """Duration targets of the wrapped text: the alignment's, else the character spread."""
+        return list(self.durations) if self.durations is not None else duration_targets(self.weights, self.frames)
 
     @property
     def positions(self) -> int:
@@ -118,15 +128,23 @@ class LunaData(SplitFacts):
         self.train = train
         self.frame_rate = frame_rate
         self.dropped = dropped or {}
+        self.unaligned: int | None = None  # utterances an alignment file did not cover (spread targets)
+
+    def summary(self) -> str:
+        text = super().summary()
+        return text if self.unaligned is None else f"{text}; {self.unaligned} without an alignment (spread targets)"
 
     # ---- building ------------------------------------------------------------------------------------------------
     @classmethod
     def from_shards(cls, shards: str | Path | CodeShards, manifest: str | Path | Sequence[Utterance], tokenizer,
                     cfg: LunaDataConfig, split: str = "train", model: LunaConfig | None = None,
-                    limit: int | None = None) -> "LunaData":
+                    limit: int | None = None, alignments: Mapping[str, Sequence[int]] | None = None) -> "LunaData":
         """Utterances of ``split`` that have codes in ``shards``; ``limit`` keeps a fixed subset (validation).
 
         With ``model`` given, codes must be its Q codebooks of K entries and rows fit its ``max_positions``.
+        ``alignments`` (id -> durations of the wrapped text, ``duet.luna.align.read_alignments``) replace the
+        character spread where they fit the utterance (one per token, adding up to its frames); the others are
+        counted in ``unaligned`` (kept, with the spread; None without alignments).
         """
         shards = shards if isinstance(shards, CodeShards) else CodeShards(shards)
         sizes = tuple(shards.codebook_sizes)
@@ -142,7 +160,7 @@ class LunaData(SplitFacts):
         chosen, dropped = coded_texts(manifest, split, cfg, shards, ordered=limit is not None)
         encoded = (tokenizer([t for _, t in chosen], add_special_tokens=False, return_offsets_mapping=True)
                    if chosen else {"input_ids": [], "offset_mapping": []})
-        items = []
+        items, unaligned = [], 0
         for (u, text), ids, offsets in zip(chosen, encoded["input_ids"], encoded["offset_mapping"]):
             weights = tuple(token_weights(surface(tokenizer, text), offsets))  # offsets index the IPA, if phonemes
             item = _Item(u.id, text, tuple(ids), weights, shards.frames(u.id))
@@ -152,13 +170,21 @@ class LunaData(SplitFacts):
             if not sum(weights):  # nothing to speak (cannot happen for stripped non-empty text; kept as a guard)
                 dropped["empty_text"] += 1
                 continue
+            if alignments is not None:
+                aligned = alignments.get(u.id)
+                if aligned is not None and len(aligned) == len(ids) + 2 and sum(aligned) == item.frames:
+                    item = replace(item, durations=tuple(aligned))
+                else:
+                    unaligned += 1
             items.append(item)
             if limit is not None and len(items) >= limit:
                 break
         wanted = {it.id for it in items}
         codes = {uid: c.to(torch.int16) for uid, c in shards if uid in wanted}  # (Q, T) each
-        return cls(items, codes, tokenizer, cfg, codebook_size=sizes[0], train=split == "train",
+        data = cls(items, codes, tokenizer, cfg, codebook_size=sizes[0], train=split == "train",
                    frame_rate=shards.frame_rate, dropped=dropped)
+        data.unaligned = unaligned if alignments is not None else None
+        return data
 
     # ---- batches -------------------------------------------------------------------------------------------------
     def plan(self, epoch: int) -> list[list[int]]:
@@ -177,7 +203,7 @@ class LunaData(SplitFacts):
             item = self.items[i]
             texts.append(torch.tensor(wrap_text(item.ids, self.service), dtype=torch.long))  # (S_i,)
             grids.append(self.grid(item.id))  # (T_i, Q)
-            durations.append(torch.tensor(duration_targets(item.weights, item.frames), dtype=torch.long))  # (S_i,)
+            durations.append(torch.tensor(item.targets(), dtype=torch.long))  # (S_i,)
         inputs = collate(texts, grids, text_pad_id=self.service.pad, mask_id=self.mask_id)
         return LunaBatch(inputs, pad_right(durations, 0)[0])  # durations (B, S)
 

@@ -7,16 +7,18 @@ scale T (``speed``, > 1 speaks faster) or set it outright (``frames``).
 Bins. Bin k in 0 .. B-2 means exactly k frames (40 ms each at Luna's 25 Hz); the last bin B-1 is open-ended,
 "B-1 frames or more". Training targets clip at B-1 (``durations_to_bins``); the expectation values the last bin at
 B-1, so a token longer than that is under-counted: B = 64 (2.5 s per token) makes that rare for BPE tokens and
-punctuation pauses. Service tokens (SOT/EOT, emotion) carry duration 0; a non-verbal token carries its event.
+punctuation pauses. Service tokens carry duration 0 under the character spread (under an alignment SOT and EOT carry
+the silence at the ends); a non-verbal token carries its event.
 
-Supervision. The report trains on forced-alignment durations. duet's corpus has no alignments, so the training
-recipe (``duet.luna.data``) uses an approximation instead: each utterance's true frame count is spread over its text
-tokens in proportion to their character counts (``spread_frames``; service tokens count 0 characters). Per-token
-targets are therefore only as right as "every character takes equally long" (pauses, stress and silences at the
-ends are smeared over all tokens), but they add up to the true frame count exactly, so the total length T, the
-only thing decoding uses, is supervised exactly. Where a synthesiser's own timing is available (Festival's Segment
-relation, espeak-ng's phoneme events), ``frame_durations`` turns segment end times into counts that also add up
-exactly; swapping that in later is a change of targets, not of model.
+Supervision. The report trains on forced-alignment durations. duet aligns its corpus itself (``duet data align``,
+``duet.luna.align``: a monotonic alignment search under a flat-start Gaussian model of the corpus's log-mels, SOT
+and EOT taking the leading and trailing silence) and trains on that with ``duet train luna --alignments``; without
+an alignment file the recipe (``duet.luna.data``) falls back to spreading each utterance's true frame count over
+its tokens in proportion to their character counts (``spread_frames``; service tokens count 0 characters). Both add
+up to the true frame count exactly, so the total length T, the only thing decoding uses, is supervised exactly.
+Where a synthesiser's own timing is at hand (Festival's Segment relation), ``frame_durations`` turns segment end
+times into counts that also add up exactly; ``benchmarks/align_bench.py`` uses Festival's timing to score the
+alignments.
 
 Shape legend: B batch, S text tokens, D model width, N bins.
 """

@@ -13,12 +13,12 @@ accumulation, checkpoints, exact resume, DDP, metrics and plots), ``duet.train.r
 shares). This file parses flags and wires them; :func:`run_luna_recipe` is the part around the loop that
 ``duet.luna.realtime_train`` (Luna-TTS Realtime's continual training) shares.
 
-Duration predictor supervision: the corpus has no forced alignments, so the predictor learns from an approximation
-standing in for them: each utterance's true frame count is spread over its text tokens in proportion to their
-character counts (``duet.luna.data``; the per-token targets add up to the frame count exactly). Per-token durations
-are therefore only approximately right, while the predicted total length, the only thing decoding uses, is
-supervised exactly. Check ``length_err`` / ``val_length_err`` in ``metrics.jsonl``: the mean relative error of the
-predicted total.
+Duration predictor supervision: forced alignments (``duet data align --tokenizer RUN_OR_MODEL ... --out FILE``,
+then ``--alignments FILE``; ``duet.luna.align``), or without them the character-proportional spread
+(``duet.luna.data``). Either way the per-token targets add up to the frame count exactly, so the predicted total
+length, the only thing decoding uses, is supervised exactly; check ``length_err`` / ``val_length_err`` in
+``metrics.jsonl`` (the mean relative error of the predicted total). ``--duration-only --init-from MODEL`` retrains a
+shipped model's predictor alone (the acoustic model frozen and not run), e.g. on alignments made with its tokenizer.
 
 Run directory (``--out``): ``config.json`` (the :class:`LunaTrainConfig`; a resumed run keeps it), ``tokenizer.json``
 (the run's own copy: ``--tokenizer train-bpe`` by default; use ``qwen3`` for luna-0.6b, whose 151,936-row text
@@ -68,6 +68,7 @@ class LunaTrainConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
     duration_weight: float = 1.0  # the predictor's CE joins the diffusion loss with this weight
+    duration_only: bool = False  # train the duration predictor alone (acoustic model frozen), e.g. on alignments
     bpe_vocab: int = 2048  # with --tokenizer train-bpe
 
 
@@ -133,9 +134,12 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
         bundle = LunaBundle(cfg.model, cfg.duration)
         if shipped is not None:
             bundle.load_state_dict(shipped.bundle.state_dict())
+        if cfg.duration_only:
+            bundle.acoustic.requires_grad_(False)  # the loop's optimizer skips it; it is not even run
         return bundle
 
-    return run_luna_recipe(cfg, run_dir, cfg.model, build, LunaDiffusion(cfg.diffusion, cfg.duration_weight),
+    objective = LunaDiffusion(cfg.diffusion, cfg.duration_weight, duration_only=cfg.duration_only)
+    return run_luna_recipe(cfg, run_dir, cfg.model, build, objective,
                            tokenizer=tokenizer, resume=resume, stop_at_step=stop_at_step, max_minutes=max_minutes,
                            progress=progress, extra={"init_from": str(init_from) if shipped is not None else None})
 
@@ -168,12 +172,17 @@ def run_luna_recipe(cfg: Any, run_dir: Path, model: LunaConfig, build: Callable[
         if len(tok) > model.backbone.vocab_size:
             raise DuetError(f"the tokenizer has {len(tok)} ids but {cfg.name}'s text embedding only "
                             f"{model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
-        data = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=model)
+        aligned = None
+        if cfg.data.alignments:
+            from duet.luna.align import read_alignments
+
+            aligned = read_alignments(cfg.data.alignments, run_dir / "tokenizer.json")
+        data = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=model, alignments=aligned)
         val = None
         if cfg.data.val_items and cfg.loop.val_every:
             try:
                 val = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=model,
-                                           limit=cfg.data.val_items).batches()
+                                           limit=cfg.data.val_items, alignments=aligned).batches()
             except DuetError:  # a corpus without a val split: train without validation
                 val = None
         if env.is_main:
@@ -223,6 +232,11 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
                         "default: the preset's)")
     p.add_argument("--tie-heads", action=argparse.BooleanOptionalAction, default=None,
                    help="tie each code head to its codebook's embedding table (a new run only; default: the preset's)")
+    p.add_argument("--alignments", default=None,
+                   help="duration targets from `duet data align` (made with the run's tokenizer; default: the "
+                        "character spread)")
+    p.add_argument("--duration-only", action="store_true", default=None,
+                   help="train the duration predictor alone (with --init-from: retrain a shipped model's predictor)")
     p.set_defaults(func=_run_train)
 
     add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
@@ -241,6 +255,10 @@ def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
         if args.resume and args.tie_heads != cfg.model.tie_heads:
             raise DuetError("--tie-heads cannot change on --resume (the weights' shapes would change)")
         cfg = replace(cfg, model=replace(cfg.model, tie_heads=args.tie_heads))
+    if args.alignments is not None:
+        cfg = replace(cfg, data=replace(cfg.data, alignments=args.alignments))
+    if args.duration_only:
+        cfg = replace(cfg, duration_only=True)
     return cfg
 
 

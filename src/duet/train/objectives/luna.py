@@ -3,13 +3,16 @@
 - loss = diffusion + ``duration_weight`` x duration CE, from one ``LunaBundle`` forward (``duet.luna.bundle``):
   absorbing-state masking with the 1/t-weighted cross-entropy (Luna §2.3, ``duet.luna.diffusion``), text dropped
   with probability 0.1 for classifier-free guidance (§2.5), prompt/target splits for cloning; the duration
-  predictor's bin cross-entropy on the recipe's approximate per-token targets (``duet.luna.data``).
+  predictor's bin cross-entropy on its per-token targets (forced alignments or the character spread,
+  ``duet.luna.data``).
 - logged: ``diffusion`` (the 1/t-weighted loss, nats per target cell), ``masked_ce`` and ``masked_acc`` (plain CE and
   argmax accuracy over masked cells; 0 for a batch in which no cell was masked, which only a tiny batch at a tiny
   noise level produces), ``first_ce`` (the plain CE of the first codebook alone: the coarse codes that carry most
   of what is said; the deeper ones sit near their unigram entropy for a long time), ``duration_ce``, ``length_err``
   (mean |predicted T - true T| / T: what decoding will use); with codebook weights, ``diffusion`` is the weighted
   loss and ``bound`` the unweighted one.
+- ``duration_only``: the predictor alone (loss = its CE; the acoustic model is frozen and not run), e.g. to retrain
+  it on forced-alignment targets (``duet data align``) under a shipped acoustic model.
 - randomness: every draw of the forward process (prompt cuts, text dropout, noise levels, masks) comes from the
   objective's own generator, which the loop seeds per rank and saves in every checkpoint, so a resumed run takes the
   same draws as an uninterrupted one.
@@ -40,9 +43,11 @@ VAL_SEED = 1234
 class LunaDiffusion(Objective):
     name = "luna-diffusion"
 
-    def __init__(self, diffusion: DiffusionConfig = DiffusionConfig(), duration_weight: float = 1.0):
+    def __init__(self, diffusion: DiffusionConfig = DiffusionConfig(), duration_weight: float = 1.0,
+                 duration_only: bool = False):
         self.diffusion = diffusion
         self.duration_weight = duration_weight
+        self.duration_only = duration_only  # train the predictor alone (the acoustic model is frozen, not run)
         self.generator = torch.Generator()  # CPU: drives GPU training too (diffusion._rand moves the draws)
 
     def generators(self) -> dict[str, torch.Generator]:
@@ -50,6 +55,8 @@ class LunaDiffusion(Objective):
 
     def _losses(self, out: LunaLosses) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         d = out.diffusion
+        if d is None:  # predictor only
+            return out.duration, {"duration_ce": out.duration.detach(), "length_err": out.length_error}
         loss = d.loss + self.duration_weight * out.duration
         metrics = {"diffusion": d.loss.detach(), "masked_ce": torch.nan_to_num(d.masked_ce, nan=0.0),
                    "masked_acc": torch.nan_to_num(d.masked_accuracy, nan=0.0), "first_ce": d.codebook_ce[0],
@@ -59,6 +66,8 @@ class LunaDiffusion(Objective):
         return loss, metrics
 
     def _forward(self, model: nn.Module, batch: Any, diffusion: DiffusionConfig, generator: torch.Generator) -> Any:
+        if self.duration_only:
+            return model(batch, diffusion, generator, duration_only=True)
         return model(batch, diffusion, generator)
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipping {name}: {err}", file=sys.stderr)
 
     speakers = list(dict.fromkeys(e.speaker for e in utts))
-    lines = [f"Codec benchmark: {len(utts)} held-out ({args.split}) utterances, {len(speakers)} voices, "
+    command = " ".join(["benchmarks/codec_bench.py", *(sys.argv[1:] if argv is None else argv)])
+    lines = [f"`{command}`", "", f"Codec benchmark: {len(utts)} held-out ({args.split}) utterances, {len(speakers)} voices, "
              f"{sum(r['seconds'] for r in results[0]['rows']) if results else 0:.0f} s of audio; "
              f"torch threads {args.threads}; Whisper tiny.en WER: mean of per-utterance rates (Seed-TTS-eval) and "
              "pooled (all errors / all reference words), each with its ratio recon / orig.", "",

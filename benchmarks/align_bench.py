@@ -92,11 +92,11 @@ def token_word_starts(tokenizer, text: str) -> list[int] | None:
 
 def main(argv: list[str] | None = None) -> int:
     from duet.data.manifest import audio_path, read_manifest
+    from duet.data.utterances import prepare_input
     from duet.luna.align import read_alignments
     from duet.luna.data import duration_targets, token_weights
     from duet.text import get_tokenizer
     from duet.text.phonemes import surface
-    from duet.data.utterances import prepare_input
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--alignments", required=True)

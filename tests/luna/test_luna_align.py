@@ -12,7 +12,7 @@ import pytest
 from duet.errors import DuetError
 from duet.luna.align import (
     AlignerConfig,
-    Utterance,
+    AlignItem,
     fit_alignments,
     log_likelihoods,
     monotonic_alignment,
@@ -69,7 +69,7 @@ def test_em_recovers_planted_durations_from_a_flat_start():
         true = rng.integers(1, 8, size=5)
         feats = centres[np.repeat(ids, true)] + rng.normal(scale=0.5, size=(true.sum(), D))
         even = np.diff(np.round(np.linspace(0, true.sum(), 6)).astype(int))
-        utts.append(Utterance(f"u{i}", ids, feats.astype(np.float32), even))
+        utts.append(AlignItem(f"u{i}", ids, feats.astype(np.float32), even))
         truth[f"u{i}"] = true
     result = fit_alignments(utts, vocab, AlignerConfig(iterations=5))
     exact = sum(np.array_equal(result.durations[k], truth[k]) for k in truth)
@@ -81,8 +81,8 @@ def test_em_recovers_planted_durations_from_a_flat_start():
 
 
 def test_too_short_utterances_keep_their_starting_durations():
-    utts = [Utterance("long", np.array([0, 1]), np.zeros((4, 2), np.float32), np.array([2, 2])),
-            Utterance("short", np.array([0, 1, 2]), np.zeros((2, 2), np.float32), np.array([0, 2, 0]))]
+    utts = [AlignItem("long", np.array([0, 1]), np.zeros((4, 2), np.float32), np.array([2, 2])),
+            AlignItem("short", np.array([0, 1, 2]), np.zeros((2, 2), np.float32), np.array([0, 2, 0]))]
     result = fit_alignments(utts, 3, AlignerConfig(iterations=2))
     assert result.fallback == ("short",)
     np.testing.assert_array_equal(result.durations["short"], [0, 2, 0])

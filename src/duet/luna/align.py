@@ -75,7 +75,7 @@ def log_likelihoods(feats: np.ndarray, means: np.ndarray, inv_var: np.ndarray) -
 
 
 @dataclass(frozen=True)
-class Utterance:
+class AlignItem:
     """What alignment needs of one utterance: its wrapped token ids and features, and where EM starts."""
 
     id: str
@@ -95,7 +95,7 @@ def _frame_tokens(ids: np.ndarray, durations: np.ndarray) -> np.ndarray:
     return np.repeat(ids, durations)  # (T,) the token type of every frame
 
 
-def fit_alignments(utts: Sequence[Utterance], vocab_size: int, cfg: AlignerConfig = AlignerConfig(),
+def fit_alignments(utts: Sequence[AlignItem], vocab_size: int, cfg: AlignerConfig = AlignerConfig(),
                    progress: bool = False) -> AlignResult:
     """EM over the corpus (module doc): Gaussian means per token type from the current alignments, then the monotonic
     alignment of every utterance under them."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from duet.errors import DuetError
-from duet.luna.align import AlignerConfig, AlignResult, Utterance, fit_alignments, write_alignments
+from duet.luna.align import AlignerConfig, AlignItem, AlignResult, fit_alignments, write_alignments
 
 FEATURE_RATES = (24_000, 22_050, 16_000, 48_000, 44_100)  # Hz: the first one a code frame divides is used
 
@@ -82,7 +82,7 @@ def align_corpus(manifest: str | Path, shards: str | Path, tokenizer_json: str |
             init = [1, *spread_frames(item.weights, item.frames - 2), 1]
         else:  # too few frames to align: the spread targets stay (fit_alignments lists it as a fallback)
             init = duration_targets(item.weights, item.frames)
-        utts.append(Utterance(item.id, ids, frame_features(audio, sample_rate, frame_rate, item.frames, cfg),
+        utts.append(AlignItem(item.id, ids, frame_features(audio, sample_rate, frame_rate, item.frames, cfg),
                               np.array(init, dtype=np.int64)))
     result = fit_alignments(utts, len(tokenizer), cfg, progress=progress)
     write_alignments(out, result.durations, tokenizer_json,

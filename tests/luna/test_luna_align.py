@@ -99,3 +99,15 @@ def test_the_alignment_file_round_trips_and_checks_its_tokenizer(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"format": "x"}) + "\n")
     with pytest.raises(DuetError, match="not a duet alignment file"):
         read_alignments(tmp_path / "bad.jsonl", tok)
+
+
+def test_frame_features_give_one_centred_log_mel_per_code_frame():
+    from duet.luna.align_corpus import _feature_rate, frame_features
+
+    audio = np.random.default_rng(0).normal(scale=0.1, size=24_000 - 500).astype(np.float32)  # a partial last frame
+    feats = frame_features(audio, 24_000, 25.0, 25, AlignerConfig(n_mels=20))
+    assert feats.shape == (25, 20) and feats.dtype == np.float32
+    np.testing.assert_allclose(feats.mean(0), 0.0, atol=1e-4)  # minus the utterance's mean
+    assert _feature_rate(25.0) == 24_000 and _feature_rate(22_050 / 1024) == 22_050  # duet-rvq's, duet-fsq's frames
+    with pytest.raises(DuetError, match="not a whole number of samples"):
+        frame_features(audio, 24_000, 21.0, 25)

@@ -62,7 +62,7 @@ def monotonic_alignment(log_lik: np.ndarray) -> np.ndarray:
         durations[s] += 1
         if t and advanced[t, s]:
             s -= 1
-    if s != 0:  # cannot happen for T >= S: the last token's path was forced to start at frame 0's token
+    if s != 0:  # cannot happen for T >= S: every finite path starts in token 0 at frame 0
         raise DuetError("alignment backtrack did not reach the first token")
     return durations
 
@@ -104,6 +104,7 @@ def fit_alignments(utts: Sequence[AlignItem], vocab_size: int, cfg: AlignerConfi
     D = utts[0].feats.shape[1]
     current = {u.id: u.init for u in utts}
     fallback = tuple(u.id for u in utts if u.feats.shape[0] < len(u.ids))
+    aligned = [u for u in utts if u.feats.shape[0] >= len(u.ids)]
     scores = []
     for _ in _rounds(cfg.iterations, progress):
         sums, counts = np.zeros((vocab_size, D)), np.zeros(vocab_size)
@@ -120,9 +121,7 @@ def fit_alignments(utts: Sequence[AlignItem], vocab_size: int, cfg: AlignerConfi
         inv_var = 1.0 / np.maximum(sq / total, cfg.min_var)  # (D,)
         log_norm = 0.5 * float(np.log(inv_var / (2.0 * np.pi)).sum())  # the Gaussian's constant, for the score
         score, frames = 0.0, 0
-        for u in utts:
-            if u.id in fallback:
-                continue
+        for u in aligned:
             ll = log_likelihoods(u.feats, means[u.ids], inv_var)  # (S, T)
             current[u.id] = monotonic_alignment(ll)
             score += float(ll[np.repeat(np.arange(len(u.ids)), current[u.id]), np.arange(ll.shape[1])].sum())

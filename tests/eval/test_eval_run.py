@@ -266,3 +266,30 @@ def test_edited_line_is_synthesised_again(test_set, tmp_path):
     again = Scripted()
     run_eval(_config(test_set, out, limit=2), again)
     assert again.calls == [["u1"]]
+
+
+def test_a_cached_similarity_is_rescored_when_its_other_speakers_change(tmp_path):
+    """``sim_other`` compares with other speakers' prompts, which change with the set's speakers.json and --limit:
+    they are part of the cache key when similarity is scored (and only then)."""
+    from duet.eval.run import score_set
+    from duet.eval.testset import TestItem
+
+    class Counting:
+        def __init__(self, metrics, impostors):
+            self.config, self.impostors, self.calls = ScoreConfig(metrics=metrics), impostors, 0
+
+        def score(self, item, wav, synthesis, reconstructs_reference):
+            self.calls += 1
+            return {"utt": item.utt}
+
+    out = tmp_path / "run"
+    (out / "wavs").mkdir(parents=True)
+    sf.write(str(out / "wavs" / "u0.wav"), _tone(0.3), SR)
+    items = [TestItem(utt="u0", prompt_text="", prompt_wav=None, target_text="hi", gt_wav=None, line=1)]
+    runs = [(("sim",), {"u0": [tmp_path / "a.wav"]}, 1), (("sim",), {"u0": [tmp_path / "a.wav"]}, 0),
+            (("sim",), {"u0": [tmp_path / "b.wav"]}, 1), (("wer",), {"u0": [tmp_path / "a.wav"]}, 1),
+            (("wer",), {"u0": [tmp_path / "c.wav"]}, 0)]  # without similarity the other speakers do not matter
+    for metrics, impostors, expected in runs:
+        scorer = Counting(metrics, impostors)
+        score_set(scorer, items, out, reconstructs_reference=False, progress=False)
+        assert scorer.calls == expected, (metrics, impostors)

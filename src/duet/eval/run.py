@@ -165,9 +165,14 @@ def _load_cache(path: Path) -> dict[str, dict]:
     return cache
 
 
-def _cache_key(wav: Path, fingerprint: str) -> dict[str, Any]:
+def _cache_key(wav: Path, fingerprint: str, impostors: Sequence[Path] = ()) -> dict[str, Any]:
+    """What a cached score row depends on: the wav, the score config and (for ``sim_other``) the other speakers'
+    prompts it was compared with, which change with the set's ``speakers.json`` and ``--limit``."""
     st = wav.stat()
-    return {"wav_bytes": st.st_size, "wav_mtime_ns": st.st_mtime_ns, "metrics": fingerprint}
+    key: dict[str, Any] = {"wav_bytes": st.st_size, "wav_mtime_ns": st.st_mtime_ns, "metrics": fingerprint}
+    if impostors:
+        key["impostors"] = [str(p) for p in impostors]
+    return key
 
 
 def score_set(scorer: Scorer, items: Sequence[TestItem], out_dir: Path, reconstructs_reference: bool,
@@ -185,7 +190,8 @@ def score_set(scorer: Scorer, items: Sequence[TestItem], out_dir: Path, reconstr
     with open(cache_path, "a", encoding="utf-8") as cache_file:
         for item in tqdm(present, desc="score", unit="utt", disable=not progress):
             wav = out_dir / "wavs" / f"{item.utt}.wav"
-            key = _cache_key(wav, fingerprint)
+            impostors = scorer.impostors.get(item.utt, []) if "sim" in scorer.config.metrics else []
+            key = _cache_key(wav, fingerprint, impostors)
             cached = cache.get(item.utt)
             if cached is not None and cached.get("key") == key:
                 rows.append(cached)

@@ -158,6 +158,19 @@ class LunaSpeaker(LunaFamilySpeaker):
             raise DuetError(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences")
         return (frames, LENGTH) if frames <= limit else (limit, BOUND)
 
+    def encode_grid(self, audio: np.ndarray, sample_rate: int | None = None) -> torch.Tensor:
+        """A checked clip (S,) float32 (resampled from ``sample_rate`` if given) -> its codes as a grid (T, Q) on the
+        model's device."""
+        with torch.no_grad():
+            codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, T)
+        return codes.transpose(0, 1).to(self.model.device)
+
+    def decode_grid(self, grid: torch.Tensor) -> np.ndarray:
+        """A grid (T, Q) of codes -> its audio (T x samples per frame,) float32 at the codec's rate."""
+        with torch.no_grad():
+            audio = self.codec.decode(grid.transpose(0, 1)[None]).audio[0]  # codes (1, Q, T) -> samples
+        return audio.float().cpu().numpy()
+
     def voice_prompt(self, audio: np.ndarray | torch.Tensor, text: str, sample_rate: int | None = None) -> VoicePrompt:
         """A reference clip (S,) mono float (resampled from ``sample_rate`` if given) and its transcript -> a prompt.
 
@@ -170,9 +183,7 @@ class LunaSpeaker(LunaFamilySpeaker):
         seconds = len(audio) / (sample_rate or self.sample_rate)
         if seconds > self.config.max_prompt_seconds:
             raise DuetError(f"the reference clip is {seconds:.1f} s long; at most {self.config.max_prompt_seconds:g} s")
-        with torch.no_grad():
-            codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, P)
-        grid = codes.transpose(0, 1).to(self.model.device)  # (P, Q)
+        grid = self.encode_grid(audio, sample_rate)  # (P, Q)
         check_prompt_grid(grid, self.model)
         ids = encode_text(text, self.tokenizer, language=self.config.language)
         predicted, _ = self.frames_for(ids)
@@ -195,9 +206,7 @@ class LunaSpeaker(LunaFamilySpeaker):
         inputs = LunaInputs(text, torch.tensor([len(ids)], device=device), empty, torch.tensor([frames], device=device),
                             **grids)
         grid = maskgit_decode(self.model.logits_fn(inputs), empty, cfg.mask_id, decode, generator=generator).tokens
-        with torch.no_grad():
-            audio = self.codec.decode(grid.transpose(1, 2)).audio[0]  # codes (1, Q, T) -> samples
-        return audio.float().cpu().numpy(), ended
+        return self.decode_grid(grid[0]), ended
 
     def _generate(self, pieces: list[str], decode: DecodeConfig, speed: float, seed: int | None,
                   prompt: VoicePrompt | None) -> Iterator[tuple[np.ndarray, str]]:

@@ -85,9 +85,7 @@ def edit_speech(speaker: LunaSpeaker, audio: np.ndarray | torch.Tensor, text: st
     if seconds * frame_rate > speaker.config.max_frames:
         raise DuetError(f"the recording is {seconds:.1f} s long; {speaker.name} edits at most "
                         f"{speaker.config.max_frames / frame_rate:g} s")
-    with torch.no_grad():
-        codes = speaker.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, T)
-    grid = codes.transpose(0, 1).to(speaker.model.device)  # (T, Q)
+    grid = speaker.encode_grid(audio, sample_rate)  # (T, Q)
     a, b = span_frames_of(span_seconds, seconds, frame_rate, grid.shape[0])
 
     old_ids = encode_text(text, speaker.tokenizer, language=speaker.config.language)
@@ -102,7 +100,5 @@ def edit_speech(speaker: LunaSpeaker, audio: np.ndarray | torch.Tensor, text: st
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     text_ids = torch.tensor(ids, device=speaker.model.device)  # (S,)
     result = edit(speaker.model, text_ids, grid, (a, b), n, decode, generator=generator)
-    with torch.no_grad():
-        out = speaker.codec.decode(result.grid.transpose(0, 1)[None]).audio[0]  # codes (1, Q, T') -> samples
-    speech = Speech(out.float().cpu().numpy(), speaker.sample_rate, ((new_text or text).strip(),), ("length",))
+    speech = Speech(speaker.decode_grid(result.grid), speaker.sample_rate, ((new_text or text).strip(),), ("length",))
     return EditedSpeech(speech, result.grid, result.span, frame_rate)

@@ -54,15 +54,14 @@ def run_edit(args: argparse.Namespace) -> int:
 
     from duet.audio import load_audio
     from duet.tts import load, model_type
-    from duet.tts.cli import check_output
+    from duet.tts.cli import check_luna_options, check_output
 
     span = parse_span(args.span)
     out = Path(args.output)
     fmt = check_output(out)
     if not Path(args.input).is_file():
         raise DuetError(f"{args.input}: no such file")
-    if args.steps is not None and args.steps < 1:
-        raise DuetError(f"--steps must be a positive integer (8, 16 or 32 are typical), got {args.steps}")
+    check_luna_options(args.model, args.steps, None)  # --steps: positive (speak's check)
     _, kind = model_type(args.model)
     if kind != "luna":
         raise DuetError(f"editing needs a Luna model (it fills a masked span); {args.model} is a {kind} model")

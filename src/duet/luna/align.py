@@ -109,15 +109,15 @@ def fit_alignments(utts: Sequence[AlignItem], vocab_size: int, cfg: AlignerConfi
     for _ in _rounds(cfg.iterations, progress):
         sums, counts = np.zeros((vocab_size, D)), np.zeros(vocab_size)
         sq = np.zeros(D)
-        for u in utts:
-            types = _frame_tokens(u.ids, current[u.id])  # (T,)
-            np.add.at(sums, types, u.feats)
-            np.add.at(counts, types, 1.0)
+        types = [_frame_tokens(u.ids, current[u.id]) for u in utts]  # (T,) each: every frame's token type
+        for u, t in zip(utts, types):
+            np.add.at(sums, t, u.feats)
+            np.add.at(counts, t, 1.0)
         total = counts.sum()
         overall = sums.sum(0) / total  # (D,) a type never seen takes the corpus mean
         means = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1.0)[:, None], overall)  # (V, D)
-        for u in utts:
-            sq += ((u.feats - means[_frame_tokens(u.ids, current[u.id])]) ** 2).sum(0)
+        for u, t in zip(utts, types):
+            sq += ((u.feats - means[t]) ** 2).sum(0)
         inv_var = 1.0 / np.maximum(sq / total, cfg.min_var)  # (D,)
         log_norm = 0.5 * float(np.log(inv_var / (2.0 * np.pi)).sum())  # the Gaussian's constant, for the score
         score, frames = 0.0, 0

@@ -10,6 +10,7 @@ DEBIAN_PACKAGES=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts 
                  asterisk-core-sounds-en asterisk-core-sounds-en-g722 asterisk-core-sounds-es
                  asterisk-core-sounds-es-g722 asterisk-core-sounds-fr asterisk-core-sounds-fr-g722
                  pocketsphinx-testdata fortunes fortunes-min fortunes-es fortunes-br wamerican sox ffmpeg
+                 flite sword-comm-tdavid sword-text-web sword-text-sparv wordnet-base r-cran-janeaustenr
                  chromium)  # chromium: headless browser tests of the web pages
 
 missing=()

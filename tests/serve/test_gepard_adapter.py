@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
-from duet.gepard.config import GepardConfig
+from duet.gepard.config import GepardConfig, with_aligned_input
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.nn.backbone import BackboneConfig
@@ -23,11 +23,14 @@ SOT, EOT, SOS = 61, 62, 63  # test-only service ids inside the micro vocabulary
 FRAMES = 12
 
 
-def micro_model() -> GepardModel:
+def micro_model(aligned: bool = False) -> GepardModel:
     torch.manual_seed(0)
     backbone = BackboneConfig(num_layers=2, width=64, num_heads=4, num_kv_heads=2, head_dim=16, mlp_width=128,
                               vocab_size=64, rope_theta=10_000.0, max_positions=512)
-    return GepardModel(GepardConfig(name="micro", backbone=backbone, audio_embed_dim=2)).eval()
+    config = GepardConfig(name="micro", backbone=backbone, audio_embed_dim=2)
+    if aligned:
+        config = with_aligned_input(config, window=1, duration_layers=1)
+    return GepardModel(config).eval()
 
 
 def encode(request: SynthesisRequest) -> list[int]:
@@ -90,6 +93,16 @@ def test_served_greedy_frames_equal_the_offline_sampler(model):
     assert adapter._pool.kv.shape[2] == 4  # slots were reused, not only added
     for i in range(3):
         assert torch.equal(batched[[0, 3, 7][i]], expected[i]), f"request {i} changed when batched"
+
+
+def test_aligned_model_serves_the_frames_of_the_offline_sampler():
+    """With aligned text input each row carries its own text layout and position; batching must not mix them."""
+    model = micro_model(aligned=True)
+    texts = ["hello", "a much longer sentence here", "mid"]
+    expected = [offline(model, t) for t in texts]
+    batched = run(adapter_for(model), {0: greedy(texts[0]), 2: greedy(texts[1]), 5: greedy(texts[2])})
+    for i in range(3):
+        assert torch.equal(batched[[0, 2, 5][i]], expected[i]), f"request {i} changed when batched"
 
 
 def test_cache_stays_within_the_reservation(model):

@@ -53,7 +53,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from duet.codecs.fsq import FSQConfig
+from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
+from duet.gepard.aligned import AlignedConfig
 from duet.nn.backbone import BackboneConfig
 
 # Gepard §2.1: "approx. 500M parameters" for the backbone; 555.7M with audio interface and voice cloning.
@@ -69,6 +71,8 @@ class GepardConfig:
     reading of the report, which prints "m = 2" once but u in R^{32m = 1024} and tables [L_k x 32]).
     ``text_dropout_prob`` trains the unconditional path that two-pass CFG needs (``duet.gepard.model.drop_text``);
     0 in the presets, which the report never describes (it distils CFG into the weights by DPO, §5-6).
+    ``aligned`` switches on aligned text input and its duration predictor (``duet.gepard.aligned``; a divergence
+    from the report for small compute); None in the presets (``with_aligned_input`` adds it).
     """
 
     name: str
@@ -78,6 +82,7 @@ class GepardConfig:
     stop_loss_weight: float = 2.0  # Gepard §2.5: w_stop = 2
     stop_pos_weight: float = 25.0  # Gepard §2.5 / §3.3: stop is ~1 frame in 150
     text_dropout_prob: float = 0.0
+    aligned: AlignedConfig | None = None
 
     def __post_init__(self) -> None:
         if self.audio_embed_dim <= 0:
@@ -86,6 +91,8 @@ class GepardConfig:
             raise ValueError(f"every channel needs at least 2 levels, got {self.channel_levels}")
         if not 0.0 <= self.text_dropout_prob < 1.0:
             raise ValueError(f"text_dropout_prob must lie in [0, 1), got {self.text_dropout_prob}")
+        if self.aligned is not None and self.text_dropout_prob > 0:
+            raise ValueError("aligned text input has no unconditional path: text_dropout_prob must be 0")
 
     @property
     def width(self) -> int:
@@ -102,16 +109,13 @@ class GepardConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for a checkpoint's config.json)."""
-        out = dataclasses.asdict(self)
-        out["channel_levels"] = list(self.channel_levels)
-        return out
+        return to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "GepardConfig":
         data = dict(data)
-        data["backbone"] = BackboneConfig(**data["backbone"])
-        data["channel_levels"] = tuple(data["channel_levels"])
-        return cls(**data)
+        data.setdefault("aligned", None)  # written before aligned text input existed
+        return from_dict(cls, data)
 
 
 def gepard_500m() -> GepardConfig:
@@ -150,6 +154,14 @@ def gepard_tiny() -> GepardConfig:
     )
 
 
+def with_aligned_input(config: GepardConfig, window: int = 2, duration_layers: int = 2) -> GepardConfig:
+    """``config`` with aligned text input: a ``window``-token window and a duration predictor of
+    ``duration_layers`` bidirectional layers as wide as the model (duet's choice: per-token regression is easy)."""
+    b = config.backbone
+    duration = dataclasses.replace(b, num_layers=duration_layers, max_positions=min(b.max_positions, 1024))
+    return dataclasses.replace(config, aligned=AlignedConfig(duration=duration, window=window))
+
+
 PRESETS: dict[str, Callable[[], GepardConfig]] = {"gepard-500m": gepard_500m, "gepard-tiny": gepard_tiny}
 
 
@@ -170,6 +182,11 @@ def parameter_breakdown(config: GepardConfig) -> dict[str, int]:
     backbone = b["total"]
     audio = tables + mlp
     heads = code_heads + stop_head
+    aligned = {}
+    if config.aligned is not None:
+        w = 2 * config.aligned.window + 1
+        aligned["aligned_input"] = (w * d * d + d) + (4 * d + d)  # token window and position features
+        aligned["duration_predictor"] = config.aligned.duration.parameter_count()["total"] + d + 1
     return {
         "text_embedding": b["embed_tokens"],
         "transformer_layers": b["layers"],
@@ -181,7 +198,8 @@ def parameter_breakdown(config: GepardConfig) -> dict[str, int]:
         "code_heads": code_heads,
         "stop_head": stop_head,
         "heads": heads,
-        "total": backbone + audio + heads,
+        **aligned,
+        "total": backbone + audio + heads + sum(aligned.values()),
     }
 
 

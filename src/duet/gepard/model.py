@@ -41,6 +41,7 @@ from torch.nn import functional as F
 from transformers.cache_utils import Cache, DynamicCache
 
 from duet.errors import DuetError
+from duet.gepard.aligned import AlignedInput, AlignedState, DurationHead
 from duet.gepard.audio_interface import AudioInterface
 from duet.gepard.config import GepardConfig
 from duet.gepard.heads import FrameLogits, GepardHeads
@@ -62,7 +63,8 @@ class GepardBatch:
 
     text_ids (B, S) int64: wrapped text (see :func:`wrap_text`), padding after ``text_lengths`` (any valid id).
     codes (B, C, T) int64: channel codes (``GroupFSQ.unfold`` of the packed tokens), padding after
-    ``audio_lengths`` (ignored; any value). prefix (B, K, D) float or None.
+    ``audio_lengths`` (ignored; any value). prefix (B, K, D) float or None. durations (B, S) float frames per
+    wrapped token (aligned text input, ``duet.gepard.aligned``; 0 past ``text_lengths``) or None.
     """
 
     text_ids: torch.Tensor
@@ -70,15 +72,18 @@ class GepardBatch:
     codes: torch.Tensor
     audio_lengths: torch.Tensor
     prefix: torch.Tensor | None = None
+    durations: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> "GepardBatch":
         move = lambda x: None if x is None else x.to(device)  # noqa: E731
         return GepardBatch(move(self.text_ids), move(self.text_lengths), move(self.codes), move(self.audio_lengths),
-                           move(self.prefix))
+                           move(self.prefix), move(self.durations))
 
 
-def collate(items: Sequence[tuple[Sequence[int], torch.Tensor]], pad_id: int) -> GepardBatch:
-    """(wrapped text ids, channel codes (C, T_i)) pairs -> a right-padded GepardBatch (codes padded with 0)."""
+def collate(items: Sequence[tuple[Sequence[int], torch.Tensor]], pad_id: int,
+            durations: Sequence[Sequence[float]] | None = None) -> GepardBatch:
+    """(wrapped text ids, channel codes (C, T_i)) pairs -> a right-padded GepardBatch (codes padded with 0);
+    ``durations`` (one per item, frames per wrapped token) are padded with 0."""
     if not items:
         raise DuetError("cannot collate an empty list of utterances")
     b = len(items)
@@ -90,11 +95,19 @@ def collate(items: Sequence[tuple[Sequence[int], torch.Tensor]], pad_id: int) ->
     for i, (ids, codes) in enumerate(items):
         text[i, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
         codes_out[i, :, : codes.shape[1]] = codes
+    frames = None
+    if durations is not None:
+        frames = torch.zeros((b, s), dtype=torch.float32)
+        for i, d in enumerate(durations):
+            if len(d) != len(items[i][0]):
+                raise DuetError(f"item {i}: {len(d)} durations for {len(items[i][0])} wrapped tokens")
+            frames[i, : len(d)] = torch.as_tensor(list(d), dtype=torch.float32)
     return GepardBatch(
         text_ids=text,
         text_lengths=torch.tensor([len(ids) for ids, _ in items]),
         codes=codes_out,
         audio_lengths=torch.tensor([codes.shape[1] for _, codes in items]),
+        durations=frames,
     )
 
 
@@ -181,10 +194,16 @@ def gepard_loss(logits: FrameLogits, code_labels: torch.Tensor, stop_labels: tor
 
 @dataclass(frozen=True)
 class GepardPrompt:
-    """What generation starts from: wrapped text ids (B, S), the same length in every row, and an optional prefix."""
+    """What generation starts from: wrapped text ids (B, S), the same length in every row, and an optional prefix.
+
+    For a model with aligned text input, ``durations`` (B, S) lays the text out over the frames; None lets the
+    model's duration predictor do it (at ``speed``, > 1 faster).
+    """
 
     text_ids: torch.Tensor
     prefix: torch.Tensor | None = None
+    durations: torch.Tensor | None = None
+    speed: float = 1.0
 
     @property
     def num_text_tokens(self) -> int:
@@ -196,6 +215,8 @@ class GepardPrompt:
 
         Only meaningful for a model trained with ``text_dropout_prob > 0`` (see :func:`drop_text`).
         """
+        if self.durations is not None:
+            raise DuetError("CFG needs a model trained with text dropout; aligned text input has no unconditional path")
         return GepardPrompt(self.text_ids[:, [0, -2, -1]], self.prefix)
 
 
@@ -209,6 +230,13 @@ class GepardModel(nn.Module):
         self.audio_interface = AudioInterface(config)
         self.heads = GepardHeads(config)
         self.audio_interface.set_scale(self.model.embed_tokens.weight)
+        if config.aligned is not None:
+            self.aligned = AlignedInput(config.width, config.aligned.window)
+            self.duration = DurationHead(config.aligned.duration)
+
+    @property
+    def is_aligned(self) -> bool:
+        return self.config.aligned is not None
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -229,8 +257,16 @@ class GepardModel(nn.Module):
         b, c, t = batch.codes.shape
         frame_ok = torch.arange(t, device=batch.codes.device) < batch.audio_lengths[:, None]  # (B, T)
         codes = torch.where(frame_ok[:, None, :], batch.codes, 0).transpose(1, 2)  # (B, T, C); padding -> code 0
-        audio = self.audio_interface(codes)  # (B, T, D)
-        x = pack_sequence(text, batch.text_lengths, audio.to(text.dtype), batch.audio_lengths)  # (B, S+T, D)
+        audio = self.audio_interface(codes).to(text.dtype)  # (B, T, D)
+        if self.is_aligned:
+            if batch.durations is None:
+                raise DuetError("a model with aligned text input trains on batches with durations")
+            positions = torch.arange(t + 1, device=text.device).expand(b, -1)  # (B, T+1)
+            added = self.aligned(text, batch.text_lengths, batch.durations, positions)  # (B, T+1, D)
+            audio = audio + added[:, 1:]  # frame j-1's position predicts frame j
+            sos = F.one_hot(batch.text_lengths - 1, text.shape[1]).to(text.dtype)  # (B, S)
+            text = text + sos[..., None] * added[:, :1]  # SOS predicts frame 0
+        x = pack_sequence(text, batch.text_lengths, audio, batch.audio_lengths)  # (B, S+T, D)
         k = 0
         if batch.prefix is not None:
             k = batch.prefix.shape[1]
@@ -257,6 +293,11 @@ class GepardModel(nn.Module):
         use_guided = guided is not None and guided.enabled
         logits, weights = self._teacher_forced(batch, attentions=use_guided)
         out = gepard_loss(logits, code_labels, stop_labels, self.config)
+        if self.is_aligned:
+            assert self.config.aligned is not None and batch.durations is not None
+            duration = self.duration.loss(batch.text_ids, batch.text_lengths, batch.durations)
+            out = {**out, "loss": out["loss"] + self.config.aligned.duration_weight * duration,
+                   "duration": duration.detach()}
         if use_guided:
             assert guided is not None
             penalty = guided_attention_loss([weights[i] for i in guided.layers], batch.text_lengths,
@@ -292,10 +333,35 @@ class GepardModel(nn.Module):
         return self.heads(hidden[:, -n:])  # (B, N, ...)
 
     # The sampler's FrameModel protocol (duet.gepard.generate): prefill once, then one frame per step.
-    def prefill(self, prompt: GepardPrompt) -> tuple[FrameLogits, DynamicCache]:
+    def prefill(self, prompt: GepardPrompt) -> tuple[FrameLogits, DynamicCache | AlignedState]:
         cache = self.new_cache()
-        return self.logits(text_ids=prompt.text_ids, prefix=prompt.prefix, cache=cache).last(), cache
+        if not self.is_aligned:
+            return self.logits(text_ids=prompt.text_ids, prefix=prompt.prefix, cache=cache).last(), cache
+        b, s = prompt.text_ids.shape
+        lengths = torch.full((b,), s, dtype=torch.long, device=prompt.text_ids.device)
+        durations = prompt.durations
+        if durations is None:
+            durations = self.duration.predict(prompt.text_ids, lengths, prompt.speed)  # (B, S)
+        text = self.model.embed_tokens(prompt.text_ids)  # (B, S, D)
+        state = AlignedState(cache, text, lengths, durations.to(text.device).float(), position=0)
+        x = torch.cat([text[:, :-1], text[:, -1:] + self._aligned_step(state)], dim=1)  # SOS predicts frame 0
+        if prompt.prefix is not None:
+            x = torch.cat([prompt.prefix.to(x.dtype), x], dim=1)
+        hidden = run_backbone(self.model, x, cache=cache)
+        return self.heads(hidden[:, -1:]), state
 
-    def step(self, frame: torch.Tensor, cache: DynamicCache) -> tuple[FrameLogits, DynamicCache]:
-        """frame (B, C) -> logits for the next frame (N = 1), cache extended by one position."""
-        return self.logits(frames=frame[:, None, :], cache=cache), cache
+    def step(self, frame: torch.Tensor, state: DynamicCache | AlignedState,
+             ) -> tuple[FrameLogits, DynamicCache | AlignedState]:
+        """frame (B, C) -> logits for the next frame (N = 1), the state extended by one position."""
+        if not isinstance(state, AlignedState):
+            return self.logits(frames=frame[:, None, :], cache=state), state
+        x = self.audio_interface(frame[:, None, :]).to(state.text.dtype) + self._aligned_step(state)  # (B, 1, D)
+        hidden = run_backbone(self.model, x, cache=state.cache)
+        return self.heads(hidden), state
+
+    def _aligned_step(self, state: AlignedState) -> torch.Tensor:
+        """The aligned input (B, 1, D) of the audio position ``state.position``; advances the position."""
+        b = state.text.shape[0]
+        positions = torch.full((b, 1), state.position, dtype=torch.long, device=state.text.device)
+        state.position += 1
+        return self.aligned(state.text, state.text_lengths, state.durations, positions)

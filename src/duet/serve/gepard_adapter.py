@@ -27,6 +27,11 @@ Divergences, named: frames are drawn by Gumbel-max (``duet.serve.sampling``), no
 §5-6); voice cloning waits for the Q-Former. Building the step's cache copies the rows once per step (the same
 order of memory traffic as attention itself); the vLLM engine (issue 7 item 4) is the paged, copy-free path.
 
+Aligned text input (``duet.gepard.aligned``): prefill runs the model's own ``prefill`` (its duration predictor lays
+the text out, at the request's ``speed``) and each state keeps its row's embedded text, durations and next audio
+position; a step adds every row's aligned input, computed for the batch in one call over the rows padded to the
+longest text. So the engine and ``duet speak`` feed the model the same inputs.
+
 Shape legend: B running requests, S prompt ids, C channels (32), G packed groups (8), D width, H_kv key/value
 heads, hd head_dim, L cached positions.
 """
@@ -44,7 +49,8 @@ from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
 from duet.gepard.generate import SPEAK_SAMPLING, SamplingConfig, frame_bound
 from duet.gepard.heads import pad_channels
-from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel
+from duet.gepard.aligned import AlignedState
+from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
 from duet.nn.backbone import run_backbone
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
@@ -80,6 +86,7 @@ class GepardState:
     length: int  # cached positions L
     next_codes: torch.Tensor  # (216,) logits of the next frame
     next_stop: torch.Tensor  # () stop logit of the next frame
+    aligned: AlignedState | None = None  # aligned text input: this row's text, durations and next position
 
 
 class KVPool:
@@ -105,8 +112,9 @@ class KVPool:
         self._free.append(slot)
 
 
-def check_gepard_request(request: SynthesisRequest, name: str, voices: Sequence[str]) -> None:
-    """What Gepard (either engine) cannot do yet: cloning, instructions, speed; and an unknown voice."""
+def check_gepard_request(request: SynthesisRequest, name: str, voices: Sequence[str], speed: bool = False) -> None:
+    """What Gepard (either engine) cannot do yet: cloning, instructions, speed (unless ``speed``: a model with
+    aligned text input); and an unknown voice."""
     if request.reference is not None:
         raise InvalidRequest(f"{name} has no voice cloning yet", param="reference_audio", code="cloning_unsupported")
     if request.voice is not None and request.voice not in voices:
@@ -114,7 +122,7 @@ def check_gepard_request(request: SynthesisRequest, name: str, voices: Sequence[
                              code="voice_not_found")
     if request.instructions:
         raise InvalidRequest(f"{name} takes no instructions", param="instructions")
-    if request.speed != 1.0:
+    if request.speed != 1.0 and not speed:
         raise InvalidRequest(f"{name} has no speed control; use speed 1.0", param="speed")
 
 
@@ -154,7 +162,7 @@ class GepardAdapter:
     # --- admission-time questions (any thread) ----------------------------------------------------------------------
 
     def validate(self, request: SynthesisRequest) -> None:
-        check_gepard_request(request, self.name, self.voices)
+        check_gepard_request(request, self.name, self.voices, speed=self.model.is_aligned)
         limit = self.model.config.backbone.max_positions
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request))
         if need > limit:
@@ -174,14 +182,20 @@ class GepardAdapter:
         states = []
         for request, seed in zip(requests, seeds):  # one by one: prompts differ in length, and prefill is once
             ids = torch.tensor([self.encode_text(request)], dtype=torch.long, device=self._device)  # (1, S)
-            cache = self.model.new_cache()
-            logits = self.model.logits(text_ids=ids, cache=cache)  # N = 1: the SOS position
+            aligned = None
+            if self.model.is_aligned:
+                logits, aligned = self.model.prefill(GepardPrompt(ids, speed=request.speed))
+                cache = aligned.cache
+                aligned.cache = None  # the pool holds it from here
+            else:
+                cache = self.model.new_cache()
+                logits = self.model.logits(text_ids=ids, cache=cache)  # N = 1: the SOS position
             s = ids.shape[1]
             slot = self._pool.alloc(s + (request.params.max_frames or self.frame_bound(request)))
             prompt_kv = [torch.stack([c.keys[0], c.values[0]]) for c in cache.layers]  # layers x (2, H_kv, S, hd)
             self._pool.kv[:, :, slot, :, :s] = torch.stack(prompt_kv)
             generator = torch.Generator(device=self._device).manual_seed(seed)
-            states.append(GepardState(request, generator, slot, s, logits.codes[0, -1], logits.stop[0, -1]))
+            states.append(GepardState(request, generator, slot, s, logits.codes[0, -1], logits.stop[0, -1], aligned))
         return states
 
     @torch.no_grad()
@@ -217,6 +231,8 @@ class GepardAdapter:
         # additive, not boolean: read correctly by both sdpa and eager attention (DESIGN §C)
         mask.masked_fill_(~visible[:, None, None, :], torch.finfo(self._dtype).min)
         x = self.model.audio_interface(frames[:, None, :]).to(self._dtype)  # (B, 1, D)
+        if self.model.is_aligned:
+            x = x + self._aligned_inputs(states)
         hidden = run_backbone(self.model.model, x, cache=cache, position_ids=lengths[:, None], attention_mask=mask)
         out = self.model.heads(hidden)  # codes (B, 1, 216), stop (B, 1)
         new = torch.stack([torch.stack([c.keys[:, :, -1], c.values[:, :, -1]]) for c in cache.layers])
@@ -225,6 +241,23 @@ class GepardAdapter:
         for i, s in enumerate(states):
             s.length += 1
             s.next_codes, s.next_stop = out.codes[i, -1], out.stop[i, -1]
+
+
+    def _aligned_inputs(self, states: list[GepardState]) -> torch.Tensor:
+        """Each row's aligned input (B, 1, D) at its next audio position, one batched call; positions advance."""
+        rows = [s.aligned for s in states]
+        assert all(r is not None for r in rows)
+        smax = max(r.text.shape[1] for r in rows)
+        text = torch.zeros((len(rows), smax, rows[0].text.shape[2]), dtype=rows[0].text.dtype, device=self._device)
+        durations = torch.zeros((len(rows), smax), device=self._device)
+        for i, r in enumerate(rows):
+            text[i, : r.text.shape[1]] = r.text[0]
+            durations[i, : r.durations.shape[1]] = r.durations[0]
+        lengths = torch.tensor([r.text.shape[1] for r in rows], device=self._device)
+        positions = torch.tensor([[r.position] for r in rows], device=self._device)  # (B, 1)
+        for r in rows:
+            r.position += 1
+        return self.model.aligned(text, lengths, durations, positions).to(self._dtype)
 
 
 def load_gepard_adapter(checkpoint: str, codec: str | None = None, name: str | None = None) -> GepardAdapter:

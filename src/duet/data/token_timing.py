@@ -1,0 +1,55 @@
+"""Per-token durations from a synthesiser's phone timing: what aligned text input trains on.
+
+A corpus timing sidecar (``duet.data.timing``) gives the IPA string a voice read and the time span of each of its
+characters. A tokenizer cuts that same string into tokens with character offsets, so each token's span is that of
+its characters: it starts where its first character starts. Durations are differences of consecutive starts, so
+a pause between two characters belongs to the token before it, and the durations of a row add up exactly::
+
+    SOT = start of the first token         (leading silence)
+    d_j = start_{j+1} - start_j            (the last text token ends where its last character ends)
+    EOT = frames - end of the last token   (trailing silence, clamped at 0)
+    SOS = 0
+
+all in frames at the codec's frame rate, continuous (never rounded: DESIGN §D). Tokens that share characters (a
+byte-level BPE can cut one character into two tokens) share its span equally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from duet.errors import DuetError
+
+
+def token_spans(offsets: Sequence[tuple[int, int]], char_spans: Sequence[tuple[float, float]],
+                ) -> list[tuple[float, float]]:
+    """Token character offsets (a, b) + per-character (start, end) seconds -> per-token (start, end) seconds."""
+    if not char_spans:
+        raise DuetError("no timed characters")
+    out: list[tuple[float, float]] = []
+    i = 0
+    while i < len(offsets):
+        a, b = offsets[i]
+        j = i + 1
+        while j < len(offsets) and tuple(offsets[j]) == (a, b):  # tokens cut from the same characters
+            j += 1
+        a, b = min(max(a, 0), len(char_spans) - 1), min(max(b, a + 1), len(char_spans))
+        start, end = char_spans[a][0], char_spans[b - 1][1]
+        step = (end - start) / (j - i)
+        out.extend((start + n * step, start + (n + 1) * step) for n in range(j - i))
+        i = j
+    return out
+
+
+def wrapped_durations(spans: Sequence[tuple[float, float]], frame_rate: float, frames: int) -> list[float]:
+    """Per-token (start, end) seconds of the text tokens -> frames per wrapped token [SOT, *text, EOT, SOS]."""
+    if not spans:
+        raise DuetError("no text tokens to lay out")
+    starts = [max(0.0, s * frame_rate) for s, _ in spans]
+    for k in range(1, len(starts)):  # monotone, so no duration is negative
+        starts[k] = max(starts[k], starts[k - 1])
+    end = max(starts[-1], min(spans[-1][1] * frame_rate, float(frames)))
+    starts = [min(s, float(frames)) for s in starts]
+    end = min(end, float(frames))
+    text = [b - a for a, b in zip(starts, starts[1:] + [end])]
+    return [starts[0], *text, float(frames) - end, 0.0]

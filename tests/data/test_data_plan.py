@@ -58,11 +58,21 @@ def test_base_plan_sends_each_sentence_to_one_split_whoever_reads_it():
     assert {u.split for u in plan.utterances} == {"train", "val", "test"}
 
 
+SOURCES = {
+    "tiny": {"festival", "espeak", "asterisk", "pocketsphinx"},
+    "base": {"festival", "espeak", "asterisk", "pocketsphinx"},
+    "joe": {"piper"},
+    "large": {"piper", "festival", "flite", "espeak", "asterisk", "pocketsphinx"},
+}
+
+
 def test_every_preset_plans():
     for name in PRESETS:
         plan = plan_corpus(get_preset(name), seed=0)
         assert len({u.id for u in plan.utterances}) == len(plan.utterances) > 0
-        assert {"festival", "espeak", "asterisk", "pocketsphinx"} <= {u.source for u in plan.utterances}
+        assert {u.source for u in plan.utterances} == SOURCES[name]
+        synthesised = [u for u in plan.utterances if u.source not in ("asterisk", "pocketsphinx")]
+        assert all(u.text_source for u in synthesised)
     with pytest.raises(DuetError, match="unknown corpus preset"):
         get_preset("huge")
 
@@ -100,3 +110,45 @@ def test_manifest_round_trip(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')
     with pytest.raises(DuetError, match="bad.jsonl:1"):
         read_manifest(tmp_path / "bad.jsonl")
+
+
+def test_base_plan_is_what_it_was():
+    """`base` is the shipped models' provenance: the same ids, splits and texts as when it was first built (the hash
+    was taken from the planner before text sources were added)."""
+    import hashlib
+
+    plan = plan_corpus(get_preset("base"), seed=0)
+    rows = "\n".join(sorted(f"{u.id}|{u.split}|{u.text}" for u in plan.utterances))
+    assert len(plan.utterances) == 11306
+    assert hashlib.sha1(rows.encode()).hexdigest() == "a286fa324f22a5bf8eb1967ceed8b2110a1e52b2"
+
+
+def test_large_presets_read_ten_times_the_text_over_many_voices():
+    from duet.data.presets import LARGE_TEXTS
+    from duet.data.text_sources import sourced_pool
+
+    pool = sourced_pool("en", LARGE_TEXTS, 0, 1500)
+    assert len(pool) >= 80_000 and len({split_key(t) for t, _ in pool}) == len(pool)
+    assert {s for _, s in pool} == set(LARGE_TEXTS)
+    plan = plan_corpus(get_preset("large"), seed=0)
+    english = [u for u in plan.utterances if u.language == "en"]
+    assert len({u.speaker for u in english}) >= 8
+    assert sum(u.source == "piper" for u in english) > 0.3 * len(english)
+    splits = defaultdict(set)
+    for u in plan.utterances:
+        splits[split_key(u.text)].add(u.split)
+    assert all(len(s) == 1 for s in splits.values())
+    # `joe` is `large`'s Piper voice exactly, so a built `joe` is reused whole (`duet data build --reuse`)
+    joe = {u.id for u in plan_corpus(get_preset("joe"), seed=0).utterances}
+    assert joe <= {u.id for u in english}
+
+
+def test_a_larger_quota_keeps_every_earlier_pick():
+    from dataclasses import replace
+
+    preset = get_preset("joe")
+    small = replace(preset, voices=(replace(preset.voices[0], sentences=300, short=0),))
+    big = replace(preset, voices=(replace(preset.voices[0], sentences=600, short=0),))
+    texts_small = [u.text for u in plan_corpus(small).utterances]
+    texts_big = [u.text for u in plan_corpus(big).utterances]
+    assert texts_big[:300] == texts_small and len(set(texts_big)) == 600

@@ -12,7 +12,7 @@ import torch
 
 from duet.errors import DuetError
 from duet.gepard.checkpoint import load_gepard
-from duet.gepard.config import PRESETS
+from duet.gepard.config import PRESETS, with_aligned_input
 from duet.gepard.data import GepardData, GepardDataConfig, train_tokenizer
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.gepard.train import (GepardTrainConfig, config_from_json, config_to_json, export_gepard, main, recipe,
@@ -245,3 +245,57 @@ def test_guided_attention_and_text_dropout_from_the_command_line(corpus, tmp_pat
     assert any("guided" in r for r in records) and any("val_guided" in r for r in records)
     val = next(r for r in records if "val_loss" in r)
     assert val["val_loss"] == pytest.approx(val["val_ce"] + val["val_stop_bce"] * 2, rel=1e-4)  # no guided term
+
+
+def _write_timing(manifest, ids) -> None:
+    """IPA-alphabet timing sidecars for some utterances: every character of a made-up IPA string gets 0.05 s
+    after 0.1 s of silence (the fake corpus's audio is noise; only the bookkeeping is tested)."""
+    from duet.data.manifest import read_manifest
+    from duet.data.timing import IPA, Timing, write_timing
+
+    root = manifest.parent
+    for u in read_manifest(manifest):
+        if u.id in ids:
+            ipa = "ðə kwˈɪk."
+            phones = tuple((ch, 0.1 + 0.05 * i, 0.15 + 0.05 * i) for i, ch in enumerate(ipa))
+            write_timing(root / u.path, Timing(ipa, phones, (("the", 0.1, 0.2), ("quick", 0.25, 0.55)), IPA))
+
+
+def test_aligned_data_reads_timing_and_lays_out_every_frame(corpus, tmp_path):
+    import shutil
+
+    manifest, shards, tokenizer = corpus
+    root = tmp_path / "corpus"
+    shutil.copytree(manifest.parent, root)
+    timed = {"slt-001", "slt-002", "kal-002"}
+    _write_timing(root / "manifest.jsonl", timed)
+    model = replace(with_aligned_input(small_config(), window=1, duration_layers=1))
+    data = GepardData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(tokenizer), DATA, "train",
+                                  model=model)
+    assert {it.id for it in data.items} == timed and data.dropped["no_timing"] > 0
+    for it in data.items:
+        assert it.text == "ðə kwˈɪk." and len(it.durations) == len(it.ids) + 3
+        assert sum(it.durations) == pytest.approx(it.frames)  # every frame is laid out, silence included
+        assert it.durations[0] == pytest.approx(0.1 * 40.0) and it.durations[-1] == 0.0  # SOT = leading silence
+    batch = data.epoch(0)[0]
+    assert batch.durations is not None and batch.durations.shape == batch.text_ids.shape
+    out = GepardModel(model)(batch)
+    assert torch.isfinite(out["loss"]) and out["duration"] > 0
+
+
+def test_aligned_flag_trains_and_exports(corpus, tmp_path):
+    manifest, shards, _ = corpus
+    root = tmp_path / "corpus"
+    import shutil
+
+    shutil.copytree(manifest.parent, root)
+    _write_timing(root / "manifest.jsonl", {u[0] for u in UTTERANCES})
+    run = tmp_path / "run"
+    assert main(["gepard", "--preset", "gepard-tiny", "--shards", str(root / "codes"), "--manifest",
+                 str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--aligned", "1",
+                 "--batch-frames", "200", "--val-every", "0", "--quiet"]) == 0
+    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    assert cfg.model.aligned is not None and cfg.model.aligned.window == 1
+    assert any("duration" in r for r in read_metrics(run / "metrics.jsonl"))
+    loaded = load_gepard(export_gepard(run, tmp_path / "export"))
+    assert loaded.model.is_aligned

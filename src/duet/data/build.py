@@ -3,7 +3,13 @@
 Resumable by construction: every audio file is written atomically (temp file + rename, `sources.base`), so an
 existing file at a planned path is complete; a rerun measures it and renders only what is missing. The manifest
 is written once, atomically, at the end, from the plan and the files on disk, so an interrupted build leaves the
-previous manifest (if any) intact and the next run finishes the job.
+previous manifest (if any) intact and the next run finishes the job. ``max_hours`` stops a build on purpose once
+that much new audio is rendered and writes the manifest of everything finished so far: a first slice to start
+training on while a later run renders the rest.
+
+``reuse`` names other corpus directories whose finished files (audio and timing sidecar) at the same relative path
+are linked instead of rendered: presets that share a speaker (`joe` and `large` share the Piper voice) render
+its utterances once.
 
 A source file that cannot be decoded, or a synthesiser that fails on one text, costs that one utterance: it is
 skipped, counted by reason and listed in the summary. Missing binaries or voices stop the build before any work
@@ -15,6 +21,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import shutil
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -28,6 +35,7 @@ from duet.data.manifest import Utterance, write_manifest
 from duet.data.plan import CorpusPreset, PlannedUtterance, plan_corpus
 from duet.data.sources.base import Renderer, RenderItem, finished_duration
 from duet.data.summary import summarize, write_summary
+from duet.data.timing import timing_path
 
 MANIFEST_NAME = "manifest.jsonl"
 _MAX_EXAMPLES = 10  # failure messages kept verbatim in the summary
@@ -108,6 +116,8 @@ def build_corpus(
     workers: int | None = None,
     seed: int = 0,
     progress: bool = True,
+    max_hours: float | None = None,
+    reuse: Sequence[str | Path] = (),
 ) -> BuildReport:
     """Build (or finish building) `preset` into `out_dir`; returns counts and the summary dict."""
     start = time.monotonic()
@@ -122,6 +132,7 @@ def build_corpus(
     durations: dict[str, float] = {}
     todo: list[PlannedUtterance] = []
     for u in plan.utterances:
+        _link_finished(u.path, root, reuse)
         d = finished_duration(root / u.path)
         if d is None:
             todo.append(u)
@@ -131,7 +142,7 @@ def build_corpus(
 
     skipped: dict[str, Counter[str]] = defaultdict(Counter)
     examples: list[str] = []
-    rendered = 0
+    rendered, new_seconds = 0, 0.0
     bar = tqdm(total=len(todo), unit="utt", desc=f"corpus {preset.name}", disable=not progress, smoothing=0.05)
     try:
         for batch, results in _run(_batches(todo, preset.batch_size), root, workers):
@@ -139,16 +150,20 @@ def build_corpus(
                 if err is None and duration is not None:
                     durations[u.id] = duration
                     rendered += 1
+                    new_seconds += duration
                 else:
                     skipped[u.source][str(err).split(":")[0]] += 1
                     if len(examples) < _MAX_EXAMPLES:
                         examples.append(f"{u.id}: {err}")
             bar.update(len(batch))
+            if max_hours is not None and new_seconds >= 3600 * max_hours:
+                break  # closing the generator shuts the pool down; the manifest below lists what is finished
     finally:
         bar.close()
 
     entries = [
-        Utterance(u.id, u.text, u.language, u.speaker, u.path, round(durations[u.id], 4), u.source, u.split)
+        Utterance(u.id, u.text, u.language, u.speaker, u.path, round(durations[u.id], 4), u.source, u.split,
+                  u.text_source)
         for u in plan.utterances
         if u.id in durations
     ]
@@ -160,7 +175,8 @@ def build_corpus(
     extra = {
         "preset": preset.name,
         "seed": seed,
-        "build": {"rendered": rendered, "reused": reused, "skipped": n_skipped, "workers": workers},
+        "build": {"rendered": rendered, "reused": reused, "skipped": n_skipped, "workers": workers,
+                  "planned": len(plan.utterances)},
         "seconds": round(seconds, 1),
         "skipped_examples": examples,
     }
@@ -173,3 +189,31 @@ def build_corpus(
             f"{n_skipped} skipped, {seconds:.0f} s"
         )
     return BuildReport(root, len(entries), rendered, reused, n_skipped, seconds, summary)
+
+
+def _link_finished(rel: str, root: Path, reuse: Sequence[str | Path]) -> None:
+    """Hard-link (else copy) a finished file at ``rel`` and its timing sidecar from the first reuse directory that
+    has it, unless ``root`` already has it."""
+    target = root / rel
+    if not reuse or target.exists():
+        return
+    for other in reuse:
+        source = Path(other).resolve() / rel
+        if finished_duration(source) is None:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sidecar = timing_path(source)
+        if sidecar.is_file():  # the sidecar first, as the renderers write it: a finished audio file has its timing
+            _link_or_copy(sidecar, timing_path(target))
+        _link_or_copy(source, target)
+        return
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    tmp = target.with_name(target.name + ".link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:  # another file system
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)

@@ -22,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
     build.add_argument("--seed", type=int, default=0, help="text choice and split seed")
     build.add_argument("--quiet", action="store_true", help="no progress bar or summary on stdout")
+    build.add_argument("--max-hours", type=float, default=None,
+                       help="stop after rendering this many new hours and write the manifest of what is finished "
+                            "(a rerun without it completes the corpus)")
+    build.add_argument("--reuse", action="append", default=[], metavar="DIR",
+                       help="link finished files from another corpus directory instead of rendering them again "
+                            "(repeatable; e.g. build joe first, then large with --reuse)")
     build.set_defaults(func=_build)
 
     encode = sub.add_parser("encode", help="run a codec over a corpus into resumable safetensors shards")
@@ -53,7 +59,8 @@ def _build(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise DuetError(f"--workers must be at least 1, got {args.workers}")
-    build_corpus(get_preset(args.preset), args.out, workers=args.workers, seed=args.seed, progress=not args.quiet)
+    build_corpus(get_preset(args.preset), args.out, workers=args.workers, seed=args.seed, progress=not args.quiet,
+                 max_hours=args.max_hours, reuse=args.reuse)
     return 0
 
 

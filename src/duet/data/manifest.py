@@ -3,9 +3,11 @@
 One JSON object per line, one line per utterance::
 
     {"id": ..., "text": ..., "language": ..., "speaker": ..., "path": "wavs/<speaker>/<id>.wav",
-     "duration": 3.52, "source": "festival", "split": "train"}
+     "duration": 3.52, "source": "festival", "split": "train", "text_source": "fortunes"}
 
-`path` is relative to the manifest's directory; `duration` is in seconds, measured from the written audio file.
+`path` is relative to the manifest's directory; `duration` is in seconds, measured from the written audio file;
+`text_source` names the text collection a synthesised sentence was drawn from (empty for recordings and for
+manifests written before it existed).
 
 Splits are made by sentence, not by utterance: every utterance whose normalised text is the same lands in the same
 split, so a test sentence is never heard in training, whichever speakers read it.
@@ -35,8 +37,9 @@ class Utterance:
     speaker: str
     path: str  # relative to the corpus directory
     duration: float  # seconds, measured from the written audio
-    source: str  # festival | espeak | asterisk | pocketsphinx
+    source: str  # festival | espeak | flite | piper | asterisk | pocketsphinx
     split: str  # train | val | test
+    text_source: str = ""  # where a synthesised text came from: fortunes, templates, words, tdavid, web, ...
 
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)

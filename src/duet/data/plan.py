@@ -12,6 +12,7 @@ import hashlib
 import random
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from duet.data.manifest import assign_split
@@ -19,11 +20,13 @@ from duet.data.sources.asterisk import AsteriskPrompts, list_prompts
 from duet.data.sources.base import Renderer
 from duet.data.sources.espeak import EspeakSpeaker
 from duet.data.sources.festival import FestivalSpeaker
+from duet.data.sources.flite import FliteSpeaker
+from duet.data.sources.piper import PiperSpeaker
 from duet.data.sources.pocketsphinx import PocketsphinxTestdata, list_recordings
 from duet.data.sources.recorded import RecordedSpeaker
-from duet.data.text_sources import sentence_pool, short_utterances
+from duet.data.text_sources import WORDS, classic_source, sentence_pool, short_utterances, sourced_pool
 
-SynthSpeaker = FestivalSpeaker | EspeakSpeaker
+SynthSpeaker = FestivalSpeaker | EspeakSpeaker | FliteSpeaker | PiperSpeaker
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,9 @@ class CorpusPreset:
     val_fraction: float = 0.02
     test_fraction: float = 0.02
     batch_size: int = 16  # utterances per worker task
+    # language -> text collections its voices read (duet.data.text_sources.sourced_pool); a language not named
+    # here reads the first corpus's pool (fortunes + templates, `sentence_pool`), drawn as `base` always drew it
+    text_sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class PlannedUtterance:
     split: str
     renderer: Renderer
     origin: str = ""  # recordings: the source file
+    text_source: str = ""  # synthesised speech: the text collection (manifest `text_source`)
 
 
 @dataclass
@@ -75,32 +82,49 @@ def _text_id(speaker: str, text: str) -> str:
     return f"{speaker}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
 
+def _pick_sentences(preset: CorpusPreset, language: str, n: int, seed: int, rng: random.Random,
+                    ) -> list[tuple[str, str]]:
+    """A speaker's ``n`` sentences with their text source. Named collections: the first n of a permutation of the
+    pool seeded by the speaker (so a larger n keeps every earlier pick); otherwise `base`'s draw, unchanged."""
+    if language in preset.text_sources:
+        pool = sourced_pool(language, preset.text_sources[language], seed, preset.en_templates)
+        order = list(range(len(pool)))
+        rng.shuffle(order)
+        return [pool[i] for i in order[:n]]
+    pool = sentence_pool(language, seed, preset.en_templates)
+    return [(text, classic_source(text, language)) for text in rng.sample(pool, min(n, len(pool)))]
+
+
+def _first_of_each(picked: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A short item may equal a pool sentence: keep the first of each text."""
+    seen: dict[str, str] = {}
+    for text, source in picked:
+        seen.setdefault(text, source)
+    return list(seen.items())
+
+
 def plan_corpus(preset: CorpusPreset, seed: int = 0) -> Plan:
     """Every utterance of the corpus, with its text, speaker, split and output path (nothing is rendered)."""
     out: list[PlannedUtterance] = []
     dropped: dict[str, Counter[str]] = {}
 
-    def add(uid: str, text: str, renderer: Renderer, origin: str = "") -> None:
+    def add(uid: str, text: str, renderer: Renderer, origin: str = "", text_source: str = "") -> None:
         split = assign_split(text, seed, preset.val_fraction, preset.test_fraction)
         path = f"wavs/{renderer.name}/{uid}.wav"
         lang, name, source = renderer.language, renderer.name, renderer.source
-        out.append(PlannedUtterance(uid, text, lang, name, source, path, split, renderer, origin))
+        out.append(PlannedUtterance(uid, text, lang, name, source, path, split, renderer, origin, text_source))
 
-    pools: dict[str, tuple[str, ...]] = {}
     short = short_utterances(preset.short_pool, seed) if any(q.short for q in preset.voices) else []
     for quota in preset.voices:
         spk = quota.speaker
         if quota.short and spk.language != "en":
             raise ValueError(f"{spk.name}: the short register is English only (wamerican), got {spk.language}")
-        if spk.language not in pools:
-            pools[spk.language] = sentence_pool(spk.language, seed, preset.en_templates)
         rng = random.Random(f"{seed}:{spk.name}")
-        pool = pools[spk.language]
-        texts = rng.sample(pool, min(quota.sentences, len(pool)))
+        picked = _pick_sentences(preset, spk.language, quota.sentences, seed, rng)
         if quota.short:
-            texts += rng.sample(short, min(quota.short, len(short)))
-        for text in dict.fromkeys(texts):  # a short item may equal a pool sentence; keep one
-            add(_text_id(spk.name, text), text, spk)
+            picked += [(text, WORDS) for text in rng.sample(short, min(quota.short, len(short)))]
+        for text, text_source in _first_of_each(picked):
+            add(_text_id(spk.name, text), text, spk, text_source=text_source)
 
     for cfg in preset.asterisk:
         prompts, why = list_prompts(cfg)

@@ -1,4 +1,9 @@
-"""Named corpus presets: `tiny` (tests; under a minute on 2 cores) and `base` (hours, for the shipped models).
+"""Named corpus presets: `tiny` (tests; under a minute on 2 cores), `base` (~10 h; the first shipped models'
+corpus, kept as it was), `joe` (12+ h of the neural Piper voice alone, for single-voice demo models) and `large`
+(25+ h of English over many voices, `joe`'s Piper audio included, plus the other languages as in `base`).
+
+`joe` and `large` read ten times `base`'s distinct text: the fortunes, the templates and four books
+(``duet.data.books``), each sentence tagged with its collection (the manifest's `text_source`).
 
 Each preset is a function returning a frozen `CorpusPreset`, so a test can build every one of them.
 """
@@ -13,6 +18,8 @@ from duet.data.plan import CorpusPreset, SpeakerQuota
 from duet.data.sources.asterisk import AsteriskPrompts
 from duet.data.sources.espeak import EspeakSpeaker
 from duet.data.sources.festival import FestivalSpeaker
+from duet.data.sources.flite import FliteSpeaker
+from duet.data.sources.piper import PiperSpeaker
 from duet.data.sources.pocketsphinx import PocketsphinxTestdata
 
 ASTERISK_EN = AsteriskPrompts()
@@ -142,7 +149,90 @@ def base() -> CorpusPreset:
     )
 
 
-PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base}
+# English collections of the large presets, in de-duplication order (a sentence is credited to the first that has it)
+LARGE_TEXTS = ("fortunes", "templates", "austen", "wordnet", "tdavid", "web")
+
+
+def piper(length_scale: float = 1.0) -> PiperSpeaker:
+    name = "piper-joe" + (f"-l{length_scale:g}" if length_scale != 1.0 else "")
+    return PiperSpeaker(name, length_scale=length_scale)
+
+
+def _joe_quota() -> SpeakerQuota:
+    return SpeakerQuota(piper(), sentences=11000, short=1500)
+
+
+def joe() -> CorpusPreset:
+    """The neural Piper voice alone: 11,000 sentences from the large pool and 1,500 one/two-word items, about 13 h
+    (the first probe was intelligible from 4.4 h of one voice; distinct text matters more than hours). Piper
+    writes its phone timing next to each file, which aligned text input trains on. About 45 minutes on 2 cores."""
+    return CorpusPreset(
+        name="joe",
+        voices=(_joe_quota(),),
+        en_templates=1500,
+        short_pool=6000,
+        val_fraction=0.02,
+        test_fraction=0.02,
+        batch_size=16,
+        text_sources={"en": LARGE_TEXTS},
+    )
+
+
+def flite(voice: str, rate: float = 1.0) -> FliteSpeaker:
+    return FliteSpeaker(f"flite-{voice}" + (f"-r{rate:g}" if rate != 1.0 else ""), voice, rate=rate)
+
+
+def large() -> CorpusPreset:
+    """About 30 h of English over 40+ voices and ~3 h of other languages:
+
+    - the Piper voice as in `joe` (about 13 h; `--reuse` a built `joe` to link its audio instead of rendering it),
+      and a faster reading of it (length scale 0.85);
+    - Festival slt, kal and ked and their rate/pitch variants (about 9 h: what Whisper understands best after Piper);
+    - Flite's statistical voices awb (Scottish male), rms (US male) and slt (about 5 h), the new speakers;
+    - `base`'s espeak-ng English voices, a little each; the recordings and the other languages as in `base`.
+
+    Every English voice reads from the large pool (`LARGE_TEXTS`), so most sentences are read once; splits are by
+    text, so a test sentence is never heard in training in any voice. Besides `joe`'s Piper hours, roughly 30-40
+    minutes on 2 cores (Festival is the slow part).
+    """
+    slt, kal, ked = "cmu_us_slt_arctic_hts", "kal_diphone", "ked_diphone"
+    variants = (
+        festival(slt, 1.0, 2),
+        festival(slt, 0.9, -2),
+        festival(slt, 1.15, 0),
+        festival(kal, 1.1, 2),
+        festival(kal, 0.9, -2),
+        festival(ked, 0.9, 2),
+    )
+    voices = (
+        _joe_quota(),
+        SpeakerQuota(piper(0.85), sentences=800, short=100),
+        SpeakerQuota(festival(slt), sentences=3000, short=600),
+        SpeakerQuota(festival(kal), sentences=2000, short=400),
+        SpeakerQuota(festival(ked), sentences=800, short=150),
+        *(SpeakerQuota(v, sentences=250, short=50) for v in variants),
+        SpeakerQuota(flite("awb"), sentences=1500, short=300),
+        SpeakerQuota(flite("rms"), sentences=1500, short=300),
+        SpeakerQuota(flite("slt"), sentences=800, short=150),
+        SpeakerQuota(flite("awb", 1.15), sentences=300, short=50),
+        *(SpeakerQuota(espeak(v, var, p, r), sentences=100, short=25) for v, var, p, r in _BASE_ESPEAK_EN),
+        *(SpeakerQuota(espeak(v, var, p, r, language=v), sentences=60) for v, var, p, r in _BASE_ESPEAK_OTHER),
+    )
+    return CorpusPreset(
+        name="large",
+        voices=voices,
+        asterisk=(ASTERISK_EN, ASTERISK_ES, replace(ASTERISK_FR, max_prompts=300)),
+        pocketsphinx=PocketsphinxTestdata(),
+        en_templates=1500,
+        short_pool=6000,
+        val_fraction=0.02,
+        test_fraction=0.02,
+        batch_size=16,
+        text_sources={"en": LARGE_TEXTS, "es": ("fortunes", "sparv")},
+    )
+
+
+PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base, "joe": joe, "large": large}
 
 
 def get_preset(name: str) -> CorpusPreset:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from duet.data.manifest import Utterance
 
-_GROUPS = ("source", "speaker", "language", "split")
+_GROUPS = ("source", "speaker", "language", "split", "text_source")
 
 
 def summarize(

@@ -12,6 +12,11 @@ Sources and licences (from each package's /usr/share/doc/<package>/copyright):
 - Short register (1-2 words): `wamerican` (/usr/share/dict/american-english, public domain), lower-case
   entries only (proper nouns dropped), no possessives, plus a few common two-word phrases.
 
+- Books (``duet.data.books``): Spurgeon's *Treasury of David* (`tdavid`), the World English Bible (`web`),
+  WordNet's usage examples (`wordnet`), Jane Austen's novels (`austen`) and, in Spanish, the Reina-Valera
+  (`sparv`); :func:`sourced_pool` merges any of them with the fortunes and templates, each sentence tagged with
+  the collection it came from (the manifest's `text_source`).
+
 Every function returns a sorted, de-duplicated list or is seeded, so a corpus is a function of (preset, seed).
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -336,3 +342,40 @@ def sentence_pool(language: str, seed: int, n_templates: int = 0) -> tuple[str, 
     if language in ("nl", "ky"):
         return tuple(template_sentences(language, max(n_templates, 200), seed))
     raise ValueError(f"no text source for language {language!r}")
+
+
+FORTUNES, TEMPLATES, WORDS = "fortunes", "templates", "words"  # text_source names of the first corpus's texts
+
+
+@cache
+def sourced_pool(language: str, sources: tuple[str, ...], seed: int, n_templates: int = 0,
+                 ) -> tuple[tuple[str, str], ...]:
+    """(sentence, source) pairs from the named collections (``fortunes``, ``templates`` or a book of
+    ``duet.data.books``), de-duplicated across them in the order given (by ``split_key``, so one text never lands
+    in two splits), in a seeded random order: a reader that takes the first n of it takes the first n of any
+    larger n, so a preset can grow without replanning what was already rendered."""
+    from duet.data.books import dedupe_across, source_sentences
+
+    collections: dict[str, Sequence[str]] = {}
+    for name in sources:
+        if name == FORTUNES:
+            collections[name] = fortune_sentences(language)
+        elif name == TEMPLATES:
+            collections[name] = template_sentences(language, n_templates, seed)
+        else:
+            collections[name] = source_sentences(language, name)
+    pairs = sorted((text, source) for source, texts in dedupe_across(collections).items() for text in texts)
+    random.Random(f"pool:{seed}:{language}").shuffle(pairs)
+    return tuple(pairs)
+
+
+def classic_source(text: str, language: str) -> str:
+    """Which collection a sentence of the first corpus's pool (:func:`sentence_pool`) came from."""
+    if language in ("nl", "ky"):
+        return TEMPLATES
+    return FORTUNES if text in _fortune_set(language) else TEMPLATES
+
+
+@cache
+def _fortune_set(language: str) -> frozenset[str]:
+    return frozenset(fortune_sentences(language)) if language in ("en", "es", "pt-br") else frozenset()

@@ -20,6 +20,12 @@ functions of (seed, epoch, batch index), so the training loop's data position is
 no loader state (``duet.train.loop``). Budgets use the un-augmented lengths: repetition adds at most
 (max_copies - 1) copies of a two-word text to a row.
 
+Aligned text input (``GepardConfig.aligned``). The model's text is then the IPA string that the voice read, as
+its timing sidecar (``duet.data.timing``) records it, cut by the tokenizer's own BPE (no phonemisation on the way,
+so the characters and their times correspond exactly), and each row carries frames per wrapped token
+(``duet.data.token_timing``). Utterances without an IPA timing sidecar (Piper writes one) are left out (counted as ``no_timing``), and the
+short-register repetition is off (it would change the text but not the audio).
+
 All codes of the selected utterances are held in memory, packed (int16, 16 bytes per frame): about 17 MB for the
 10-hour ``base`` corpus. A corpus of thousands of hours would want lazy per-shard loading instead.
 
@@ -29,7 +35,7 @@ Shape legend: B batch, S text ids (with SOT/EOT/SOS), T frames, G packed groups 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -39,6 +45,8 @@ from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
+from duet.data.timing import IPA, read_timing, timing_path
+from duet.data.token_timing import token_spans, wrapped_durations
 from duet.data.utterances import (SplitFacts, coded_texts, is_english, prepare_input, prepare_text,
                                   select_utterances, train_tokenizer, training_texts)
 from duet.errors import DuetError
@@ -82,6 +90,7 @@ class _Item:
     text: str  # prepared (normalised) text
     ids: tuple[int, ...]  # its token ids, without service tokens
     frames: int
+    durations: tuple[float, ...] | None = None  # frames per wrapped token (aligned text input)
 
     @property
     def positions(self) -> int:
@@ -125,10 +134,16 @@ class GepardData(SplitFacts):
 
         # with a limit, a fixed subset spread over speakers: the first ``limit`` in id-hash order
         chosen, dropped = coded_texts(manifest, split, cfg, shards, ordered=limit is not None)
-        encoded = tokenizer([t for _, t in chosen], add_special_tokens=False)["input_ids"] if chosen else []
+        aligned = model is not None and model.aligned is not None
+        if aligned:
+            if not isinstance(manifest, (str, Path)):
+                raise DuetError("aligned text input reads timing files next to the corpus: pass the manifest path")
+            timed = _timed_items(chosen, Path(manifest).parent, tokenizer, shards, dropped)
+        else:
+            encoded = tokenizer([t for _, t in chosen], add_special_tokens=False)["input_ids"] if chosen else []
+            timed = [_Item(u.id, text, tuple(ids), shards.frames(u.id)) for (u, text), ids in zip(chosen, encoded)]
         items = []
-        for (u, text), ids in zip(chosen, encoded):
-            item = _Item(u.id, text, tuple(ids), shards.frames(u.id))
+        for item in timed:
             if item.frames > cfg.max_frames or item.positions > max_positions or item.frames < 1:
                 dropped["too_long"] += 1
                 continue
@@ -137,6 +152,8 @@ class GepardData(SplitFacts):
                 break
         wanted = {it.id for it in items}
         packed = {uid: codes.to(torch.int16) for uid, codes in shards if uid in wanted}  # (G, T) each
+        if aligned:
+            cfg = replace(cfg, augment=False)
         return cls(items, packed, tokenizer, cfg, train=split == "train", frame_rate=shards.frame_rate,
                    dropped=dropped)
 
@@ -153,16 +170,18 @@ class GepardData(SplitFacts):
 
     def make_batch(self, indices: Iterable[int], rng: random.Random | None = None) -> GepardBatch:
         """Collate the given items; with ``rng`` (training) short texts get the repetition augmentation."""
-        rows = []
+        rows, durations = [], []
         for i in indices:
             item = self.items[i]
             ids = item.ids
-            if rng is not None:
+            if rng is not None and item.durations is None:
                 text = augment_text(item.text, rng, self.cfg.repetition)
                 if text != item.text:
                     ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
             rows.append((wrap_text(ids, self.service), self.channels(item.id)))
-        return collate(rows, pad_id=self.service.pad)
+            durations.append(item.durations)
+        aligned = all(d is not None for d in durations)
+        return collate(rows, pad_id=self.service.pad, durations=durations if aligned else None)
 
     def epoch(self, epoch: int) -> Sequence[GepardBatch]:
         """A lazy view of one epoch: batch ``i`` is collated (and augmented, seeded by (seed, epoch, i)) on access."""
@@ -177,3 +196,29 @@ class GepardData(SplitFacts):
     def batches(self) -> list[GepardBatch]:
         """Every batch of the split, un-augmented, in length order (validation)."""
         return [self.make_batch(b) for b in self.plan(0)]
+
+
+def _timed_items(chosen: Sequence[tuple[Utterance, str]], root: Path, tokenizer, shards: CodeShards,
+                 dropped) -> list[_Item]:
+    """Items whose text is the IPA their voice read (from the timing sidecar), with durations per wrapped token."""
+    backend = tokenizer.backend_tokenizer  # the BPE itself: a phoneme tokenizer's encode would phonemise again
+    dropped.setdefault("no_timing", 0)
+    items = []
+    for u, _ in chosen:
+        path = timing_path(root / u.path)
+        if not path.is_file():
+            dropped["no_timing"] += 1
+            continue
+        timing = read_timing(path)
+        if timing.alphabet != IPA:  # a synthesiser's own phone set: no character offsets to map tokens with
+            dropped["no_timing"] += 1
+            continue
+        encoding = backend.encode(timing.phonemes, add_special_tokens=False)
+        if not encoding.ids:
+            dropped["no_timing"] += 1
+            continue
+        frames = shards.frames(u.id)
+        spans = token_spans(encoding.offsets, [(s, e) for _, s, e in timing.phones])
+        durations = wrapped_durations(spans, shards.frame_rate, frames)
+        items.append(_Item(u.id, timing.phonemes, tuple(encoding.ids), frames, tuple(durations)))
+    return items

@@ -37,7 +37,7 @@ from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 from duet.gepard.alignment import GuidedAttentionConfig
 from duet.gepard.checkpoint import save_gepard
-from duet.gepard.config import PRESETS, GepardConfig, preset
+from duet.gepard.config import PRESETS, GepardConfig, preset, with_aligned_input
 from duet.gepard.data import GepardData, GepardDataConfig
 from duet.gepard.model import GepardModel
 from duet.train.checkpoint import latest_checkpoint, load_weights
@@ -196,6 +196,9 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--text-dropout", type=float, default=None, metavar="P",
                    help="drop a row's text with probability P, training the unconditional path that CFG "
                         "(--cfg-scale at inference) needs (default: the preset's, 0)")
+    p.add_argument("--aligned", type=int, default=None, metavar="WINDOW",
+                   help="aligned text input with WINDOW tokens either side and a duration predictor "
+                        "(duet.gepard.aligned; reads the corpus's timing files; a divergence from the report)")
     p.set_defaults(func=_run_train)
 
     add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 safetensors)",
@@ -211,6 +214,8 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
         cfg = replace(cfg, guided=replace(cfg.guided, weight=args.guided_attention))
     if args.text_dropout is not None:
         cfg = replace(cfg, model=replace(cfg.model, text_dropout_prob=args.text_dropout))
+    if args.aligned is not None and cfg.model.aligned is None:
+        cfg = replace(cfg, model=with_aligned_input(cfg.model, window=args.aligned))
     return cfg
 
 

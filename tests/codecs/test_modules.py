@@ -5,8 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-from duet.codecs.modules import (ConvNeXtStack, ISTFTHead, LogMel, PaddedConv1d, depth_to_space, mel_filterbank,
-                                 overlap_add, space_to_depth)
+from duet.codecs.modules import (
+    ConvNeXtStack,
+    ISTFTHead,
+    LogMel,
+    PaddedConv1d,
+    depth_to_space,
+    mel_filterbank,
+    overlap_add,
+    space_to_depth,
+)
 
 
 @pytest.mark.parametrize("sr,n_fft,n_mels", [(22050, 1024, 80), (24000, 960, 80), (16000, 512, 40)])

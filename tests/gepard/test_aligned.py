@@ -7,14 +7,13 @@ import math
 
 import pytest
 import torch
+from gepard_testing import micro_config, random_codes, wrapped
 
 from duet.data.token_timing import token_spans, wrapped_durations
 from duet.gepard.aligned import frame_tokens, window_indices
 from duet.gepard.config import GepardConfig, with_aligned_input
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt, collate
-
-from gepard_testing import micro_config, random_codes, wrapped
 
 
 def naive_frame_token(durations: list[float], length: int, j: int) -> tuple[int, float, float]:

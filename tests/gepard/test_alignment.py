@@ -5,11 +5,11 @@ import math
 
 import pytest
 import torch
+from gepard_testing import micro_config, random_codes, wrapped
 
 from duet.errors import DuetError
 from duet.gepard.alignment import GuidedAttentionConfig, diagonal_penalty, guided_attention_loss
 from duet.gepard.model import GepardBatch, GepardModel
-from gepard_testing import micro_config, random_codes, wrapped
 
 CFG = GuidedAttentionConfig(weight=1.0, sigma=0.3, layers=(0, 1), heads=2)
 

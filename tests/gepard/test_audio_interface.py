@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import torch
+from gepard_testing import micro_config, random_codes
 
 from duet.gepard.audio_interface import AudioInterface, channel_offsets
 from duet.gepard.config import preset
 from duet.gepard.heads import GepardHeads, pad_channels
-from gepard_testing import micro_config, random_codes
 
 
 def test_channel_offsets():

@@ -6,14 +6,13 @@ import math
 
 import pytest
 import torch
+from gepard_testing import micro_config, wrapped
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
-from duet.gepard.generate import (BOUND, STOP, SamplingConfig, frame_bound, generate, guide, sample_channels,
-                                  stream)
+from duet.gepard.generate import BOUND, STOP, SamplingConfig, frame_bound, generate, guide, sample_channels, stream
 from duet.gepard.heads import FrameLogits, pad_channels
 from duet.gepard.model import GepardBatch, GepardModel, GepardPrompt, collate
-from gepard_testing import micro_config, wrapped
 
 LEVELS = FSQConfig().channel_levels
 

@@ -6,8 +6,16 @@ import pytest
 import torch
 
 from duet.errors import DuetError
-from duet.gepard.config import (PRESETS, REPORT_BACKBONE_PARAMS, REPORT_TOTAL_WITH_VC_PARAMS, GepardConfig,
-                                format_breakdown, parameter_breakdown, preset, report_reconstruction)
+from duet.gepard.config import (
+    PRESETS,
+    REPORT_BACKBONE_PARAMS,
+    REPORT_TOTAL_WITH_VC_PARAMS,
+    GepardConfig,
+    format_breakdown,
+    parameter_breakdown,
+    preset,
+    report_reconstruction,
+)
 from duet.gepard.model import GepardModel
 
 

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-from duet.gepard.model import (IGNORE, GepardBatch, GepardModel, GepardPrompt, audio_labels, collate, drop_text,
-                               gepard_loss, pack_sequence)
-from duet.nn.backbone import run_backbone
 from gepard_testing import EOT, SOS, SOT, micro_config, random_codes, wrapped
+
+from duet.gepard.model import (
+    IGNORE,
+    GepardBatch,
+    GepardModel,
+    GepardPrompt,
+    audio_labels,
+    collate,
+    drop_text,
+    gepard_loss,
+    pack_sequence,
+)
+from duet.nn.backbone import run_backbone
 
 
 def _batch(config, lengths=((4, 7), (1, 3), (6, 5)), seed=0) -> GepardBatch:

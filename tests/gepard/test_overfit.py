@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+from gepard_testing import micro_config, random_codes, wrapped
 
 from duet.gepard.generate import STOP, SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt, collate
-from gepard_testing import micro_config, random_codes, wrapped
 
 
 def test_overfit_one_utterance_then_speak_it_back():

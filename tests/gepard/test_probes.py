@@ -6,10 +6,10 @@ import json
 import math
 
 import torch
+from gepard_testing import micro_config
 
 from duet.gepard.model import GepardModel
 from duet.gepard.probes import FrameProbes, channel_entropy, effective_rank, embedding_ranks, save_probes
-from gepard_testing import micro_config
 
 
 def test_effective_rank_of_known_matrices():

@@ -12,8 +12,8 @@ from duet.luna.decode import (
     DecodeConfig,
     cfg_combine,
     gumbel_scale,
-    maskgit_decode,
     masked_after_step,
+    maskgit_decode,
     sample_tokens,
     top_k_filter,
 )

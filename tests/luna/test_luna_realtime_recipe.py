@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from luna_train_testing import micro_configs
 
 from checkpoint_testing import write_tiny_rvq_codec
 from corpus_testing import HashCodec, write_corpus
@@ -20,14 +21,20 @@ from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
 from duet.luna.data import LunaDataConfig
 from duet.luna.realtime import PRESETS, RealtimeConfig
-from duet.luna.realtime_train import (RealtimeTrainConfig, config_from_json, config_to_json, export_luna_realtime,
-                                      main, recipe, train_luna_realtime)
+from duet.luna.realtime_train import (
+    RealtimeTrainConfig,
+    config_from_json,
+    config_to_json,
+    export_luna_realtime,
+    main,
+    recipe,
+    train_luna_realtime,
+)
 from duet.luna.shipped import load_luna, load_luna_realtime, save_luna
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
 from duet.tts.luna_realtime import RealtimeSpeaker
-from luna_train_testing import micro_configs
 
 Q, K = 4, 64  # rvq-tiny's grid, so the exported model speaks through a real (random) causal RVQ codec
 DATA = LunaDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from luna_train_testing import K, Q, micro_configs, write_rvq_corpus
 
 from corpus_testing import MISSING, UTTERANCES
 from duet.data.shards import CodeShards
@@ -23,7 +24,6 @@ from duet.text.tokens import service_ids
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
-from luna_train_testing import K, Q, micro_configs, write_rvq_corpus
 
 DATA = LunaDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)
 

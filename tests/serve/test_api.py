@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 from fastapi.testclient import TestClient
+from serve_testing import wait_until
 
 from duet.serve.adapter import SynthesisRequest
 from duet.serve.api import ServeConfig, create_app
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.mock import MockAdapter, MockConfig
 from duet.serve.scheduler import SchedulerConfig
-
-from serve_testing import wait_until
 
 MOCK = MockConfig()
 SPF, SR = MOCK.samples_per_frame, MOCK.sample_rate

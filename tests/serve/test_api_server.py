@@ -6,13 +6,12 @@ import io
 import httpx
 import numpy as np
 import soundfile as sf
+from serve_testing import uvicorn_server, wait_until
 
 from duet.serve.api import create_app
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.mock import MockAdapter, MockConfig
 from duet.serve.scheduler import SchedulerConfig
-
-from serve_testing import uvicorn_server, wait_until
 
 BODY = {"model": "duet-mock", "voice": "alloy"}
 

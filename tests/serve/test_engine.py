@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from serve_testing import make_engine, wait_until
 
 from duet.errors import DuetError
 from duet.serve.adapter import StepOutput, SynthesisRequest
@@ -13,8 +14,6 @@ from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest, QueueFull
 from duet.serve.mock import MockAdapter, MockConfig
 from duet.serve.sampling import SamplingParams
-
-from serve_testing import make_engine, wait_until
 
 SPF = MockConfig().samples_per_frame
 

@@ -19,9 +19,9 @@ import pytest
 import soundfile as sf
 import torch
 from fastapi.testclient import TestClient
+from serve_testing import drive
 
 from checkpoint_testing import write_tiny_luna
-from serve_testing import drive
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
 from duet.luna.data import encode_text

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from serve_testing import drive
 
 from checkpoint_testing import write_tiny_luna_realtime
-from serve_testing import drive
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
 from duet.luna.data import encode_text

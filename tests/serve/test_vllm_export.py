@@ -65,3 +65,14 @@ def test_frame_bank_round_trip_across_mappings_and_stale_slots_are_detected(tmp_
     with pytest.raises(RuntimeError, match="reused"):
         reader.read([1], key=11, first_index=0)  # slot 1 now belongs to another request
     path.unlink()
+
+
+def test_an_aligned_model_is_refused_with_a_clear_error(tmp_path):
+    from duet.errors import DuetError
+    from duet.gepard.config import with_aligned_input
+
+    tokenizer = save_bpe(train_bpe(["hello world"] * 20, BPEConfig(vocab_size=270)), tmp_path / "tokenizer.json")
+    model = GepardModel(with_aligned_input(gepard_tiny()))
+    checkpoint = save_gepard(model, tokenizer, tmp_path / "duet", codec={"name": "duet-fsq"})
+    with pytest.raises(DuetError, match="aligned text input"):
+        export_for_vllm(checkpoint, tmp_path / "vllm")

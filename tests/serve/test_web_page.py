@@ -21,7 +21,6 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-
 from browser_testing import Browser, chromium_available
 
 pytestmark = pytest.mark.skipif(not chromium_available(), reason="needs Debian's chromium (apt-get install chromium)")

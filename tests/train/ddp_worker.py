@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 
 import torch
+from loop_testing import ddp_case
 
 from duet.gepard.model import GepardModel
 from duet.train.loop import FixedBatches, train
 from duet.train.objectives.gepard import GepardPretrain
-from loop_testing import ddp_case
 
 if __name__ == "__main__":
     run_dir, steps = sys.argv[1], int(sys.argv[2])

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from loop_testing import NoisyPretrain, batches, ddp_case, make_batch, micro_config, rows, sgd_like_loop
 from safetensors.torch import load_file
 
 from duet.errors import DuetError
@@ -23,7 +24,6 @@ from duet.train.loop import FixedBatches, LoopConfig, build_optimizer, train
 from duet.train.metrics import read_metrics
 from duet.train.objectives.gepard import GepardPretrain
 from duet.train.schedule import warmup_cosine
-from loop_testing import NoisyPretrain, batches, ddp_case, make_batch, micro_config, rows, sgd_like_loop
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"

@@ -27,8 +27,7 @@ from torch import nn
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.codecs.inputs import check_codes
-from duet.codecs.modules import (ConvNeXtStack, ISTFTHead, LogMel, PaddedConv1d, depth_to_space,
-                                 space_to_depth)
+from duet.codecs.modules import ConvNeXtStack, ISTFTHead, LogMel, PaddedConv1d, depth_to_space, space_to_depth
 from duet.codecs.trained import TrainedCodec
 
 

@@ -35,8 +35,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from duet.codecs.fsq_codec import CodecForward
-from duet.codecs.modules import (CausalTransformer, ConvNeXtStack, ISTFTHead, LogMel, PaddedConv1d,
-                                 depth_to_space, space_to_depth)
+from duet.codecs.modules import (
+    CausalTransformer,
+    ConvNeXtStack,
+    ISTFTHead,
+    LogMel,
+    PaddedConv1d,
+    depth_to_space,
+    space_to_depth,
+)
 from duet.codecs.rvq import ResidualVQ, RVQConfig
 from duet.codecs.trained import TrainedCodec
 from duet.errors import DuetError

@@ -32,8 +32,8 @@ import os
 import random
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 

@@ -47,8 +47,16 @@ from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
 from duet.data.timing import IPA, read_timing, timing_path
 from duet.data.token_timing import token_spans, wrapped_durations
-from duet.data.utterances import (SplitFacts, coded_texts, is_english, prepare_input, prepare_text,
-                                  select_utterances, train_tokenizer, training_texts)
+from duet.data.utterances import (
+    SplitFacts,
+    coded_texts,
+    is_english,
+    prepare_input,
+    prepare_text,
+    select_utterances,
+    train_tokenizer,
+    training_texts,
+)
 from duet.errors import DuetError
 from duet.gepard.config import GepardConfig
 from duet.gepard.model import GepardBatch, collate, wrap_text

@@ -42,10 +42,10 @@ from transformers.cache_utils import Cache, DynamicCache
 
 from duet.errors import DuetError
 from duet.gepard.aligned import AlignedInput, AlignedState, DurationHead
+from duet.gepard.alignment import GuidedAttentionConfig, guided_attention_loss
 from duet.gepard.audio_interface import AudioInterface
 from duet.gepard.config import GepardConfig
 from duet.gepard.heads import FrameLogits, GepardHeads
-from duet.gepard.alignment import GuidedAttentionConfig, guided_attention_loss
 from duet.nn.backbone import build_qwen3, new_cache, run_backbone, run_backbone_attentions
 
 IGNORE = -100  # label of a position that is not scored

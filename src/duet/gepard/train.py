@@ -43,8 +43,16 @@ from duet.gepard.model import GepardModel
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult, setup_distributed, train
 from duet.train.objectives.gepard import GepardPretrain
-from duet.train.recipe import (add_export_parser, add_recipe_arguments, export_source, merge_resume,
-                               prepare_tokenizer, run_export, run_train, stage_main)
+from duet.train.recipe import (
+    add_export_parser,
+    add_recipe_arguments,
+    export_source,
+    merge_resume,
+    prepare_tokenizer,
+    run_export,
+    run_train,
+    stage_main,
+)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 

@@ -47,8 +47,15 @@ from duet.luna.train import run_luna_recipe
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult
 from duet.train.objectives.luna import LunaRealtimeDiffusion
-from duet.train.recipe import (add_export_parser, add_recipe_arguments, export_source, run_config, run_export,
-                               run_train, stage_main)
+from duet.train.recipe import (
+    add_export_parser,
+    add_recipe_arguments,
+    export_source,
+    run_config,
+    run_export,
+    run_train,
+    stage_main,
+)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 DEFAULT_PRESET = "luna-realtime-tiny"

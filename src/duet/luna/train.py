@@ -52,8 +52,16 @@ from duet.luna.shipped import load_luna, save_luna
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult, Objective, setup_distributed, train
 from duet.train.objectives.luna import LunaDiffusion
-from duet.train.recipe import (add_export_parser, add_recipe_arguments, export_source, prepare_tokenizer, run_config,
-                               run_export, run_train, stage_main)
+from duet.train.recipe import (
+    add_export_parser,
+    add_recipe_arguments,
+    export_source,
+    prepare_tokenizer,
+    run_config,
+    run_export,
+    run_train,
+    stage_main,
+)
 from duet.train.recipe import config_from_args as recipe_config_from_args
 
 

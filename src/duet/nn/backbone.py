@@ -34,6 +34,7 @@ from transformers.cache_utils import Cache, DynamicCache
 
 from duet.errors import DuetError
 
+
 @dataclass(frozen=True)
 class BackboneConfig:
     """Shape of a Qwen3 backbone; the fields map one to one onto ``transformers.Qwen3Config``."""

@@ -40,8 +40,15 @@ from duet.serve.adapter import SynthesisRequest
 from duet.serve.engine import Engine, RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
 from duet.serve.metrics import Metrics
-from duet.serve.schemas import (RESPONSE_FORMATS, STREAMABLE_FORMATS, SpeechRequest, audio_delta, audio_done,
-                                error_body, sse)
+from duet.serve.schemas import (
+    RESPONSE_FORMATS,
+    STREAMABLE_FORMATS,
+    SpeechRequest,
+    audio_delta,
+    audio_done,
+    error_body,
+    sse,
+)
 from duet.serve.web import ROUTES as WEB_ROUTES
 from duet.serve.web import add_page
 

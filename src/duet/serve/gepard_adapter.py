@@ -47,9 +47,9 @@ from transformers.cache_utils import DynamicCache
 from duet.codecs.base import Codec
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
+from duet.gepard.aligned import AlignedState
 from duet.gepard.generate import SPEAK_SAMPLING, SamplingConfig, frame_bound
 from duet.gepard.heads import pad_channels
-from duet.gepard.aligned import AlignedState
 from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
 from duet.nn.backbone import run_backbone
 from duet.serve.adapter import StepOutput, SynthesisRequest

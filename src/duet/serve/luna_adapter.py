@@ -64,7 +64,6 @@ from duet.serve.errors import InvalidRequest
 from duet.serve.sampling import SamplingParams
 from duet.tts.luna import LunaSpeakConfig
 
-
 # --- shared with the Luna Realtime adapter (luna_realtime_adapter.py) ---------------------------------------------
 
 

@@ -63,8 +63,8 @@ from duet.luna.decode import DecodeConfig, guide, unmask_step
 from duet.luna.stream import KVBlockSession, end_frame
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
-from duet.serve.sampling import SamplingParams
 from duet.serve.luna_adapter import PerRequest, refuse_unsupported, request_decode_config
+from duet.serve.sampling import SamplingParams
 from duet.tts.luna_realtime import RealtimeSpeaker
 
 

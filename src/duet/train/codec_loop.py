@@ -37,8 +37,7 @@ from duet.train.codec_config import CodecTrainConfig, config_from_json, config_t
 from duet.train.ema import ModelEMA, ema_decay
 from duet.train.interrupt import StopOnSignal
 from duet.train.metrics import MetricsLog
-from duet.train.objectives.codec import (SpectralLoss, discriminator_loss, feature_matching_loss,
-                                         generator_loss)
+from duet.train.objectives.codec import SpectralLoss, discriminator_loss, feature_matching_loss, generator_loss
 from duet.train.objectives.discriminators import CodecDiscriminator
 from duet.train.plots import plot_metrics
 from duet.train.schedule import warmup_cosine

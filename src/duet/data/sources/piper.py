@@ -42,8 +42,17 @@ from pathlib import Path
 import numpy as np
 
 from duet.data.sources.base import RenderItem, require_binary, write_audio
-from duet.data.timing import (IPA, Timing, align_words, check_timing, is_separator, text_words, timing_path,
-                              word_times, write_timing)
+from duet.data.timing import (
+    IPA,
+    Timing,
+    align_words,
+    check_timing,
+    is_separator,
+    text_words,
+    timing_path,
+    word_times,
+    write_timing,
+)
 from duet.errors import MissingDependency
 from duet.text.phonemes import phonemize_many
 

@@ -204,7 +204,6 @@ class VLLMGepardAdapter:
     def __init__(self, vllm: GepardVLLM, codec, name: str = "gepard", voices: tuple[str, ...] = ("default",)):
         from duet.codecs.fsq import FSQConfig, GroupFSQ
         from duet.gepard.generate import SamplingConfig
-
         from duet.serve.gepard_adapter import GepardServeConfig
 
         self.vllm, self.codec, self.name, self.voices = vllm, codec, name, voices

@@ -35,6 +35,10 @@ def vllm_config(meta: dict, frame_slots: int = DEFAULT_FRAME_SLOTS) -> dict:
     from duet.nn.backbone import qwen3_config
 
     config = GepardConfig.from_dict(meta["config"])
+    if config.aligned is not None:
+        raise DuetError(f"{config.name} has aligned text input (a duration predictor and a per-frame text input "
+                        "outside the stock backbone), which duet's vLLM plugin does not serve yet; use the built-in "
+                        "engine (duet serve without --engine vllm)")
     bb = config.backbone
     hf = qwen3_config(bb).to_dict()
     hf.pop("attn_implementation", None)

@@ -76,3 +76,24 @@ def test_rerun_renders_only_missing_or_broken(tiny_corpus, tmp_path):
     again = {u.id: u for u in read_manifest(root / "manifest.jsonl")}
     assert abs(again[festival_utt.id].duration - festival_utt.duration) < 1e-3  # deterministic synthesis
     assert abs(again[asterisk_utt.id].duration - asterisk_utt.duration) < 1e-3
+
+
+def test_partial_build_then_finish_then_reuse(tmp_path):
+    """``max_hours`` stops early with a manifest of what is finished; a rerun completes it; another corpus with the
+    same speaker links the finished files (audio and timing) instead of rendering them."""
+    from duet.data.plan import CorpusPreset, SpeakerQuota
+    from duet.data.presets import espeak
+
+    preset = CorpusPreset(name="mini", voices=(SpeakerQuota(espeak("en-us"), sentences=8),), batch_size=2,
+                          en_templates=20, val_fraction=0.0, test_fraction=0.0)
+    first = build_corpus(preset, tmp_path / "a", workers=1, progress=False, max_hours=1e-6)
+    assert 0 < first.utterances < 8 and first.summary["build"]["planned"] == 8
+    assert len(read_manifest(tmp_path / "a" / "manifest.jsonl")) == first.utterances
+    done = build_corpus(preset, tmp_path / "a", workers=1, progress=False)
+    assert done.utterances == 8 and done.reused == first.utterances
+    other = build_corpus(preset, tmp_path / "b", workers=1, progress=False, reuse=[tmp_path / "a"])
+    assert other.rendered == 0 and other.reused == 8
+    a, b = (read_manifest(tmp_path / d / "manifest.jsonl") for d in "ab")
+    assert a == b
+    u = b[0]
+    assert (tmp_path / "b" / u.path).samefile(tmp_path / "a" / u.path)  # linked, not rendered again

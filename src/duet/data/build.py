@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import random
 import shutil
 import time
 from collections import Counter, defaultdict
@@ -70,10 +71,13 @@ def render_batch(renderer: Renderer, items: Sequence[RenderItem]) -> list[tuple[
 
 def _batches(todo: list[PlannedUtterance], size: int) -> list[list[PlannedUtterance]]:
     """Batches of one speaker each, interleaved across speakers so every speaker progresses and the bar's ETA
-    reflects the mix of slow (Festival) and fast (espeak-ng, recordings) work."""
+    reflects the mix of slow (Festival) and fast (espeak-ng, recordings) work. Within a speaker the order is a
+    seeded shuffle, so a partial build (``max_hours``) holds sentences and short items alike."""
     by_speaker: dict[str, list[PlannedUtterance]] = defaultdict(list)
     for u in todo:
         by_speaker[u.speaker].append(u)
+    for speaker, utts in by_speaker.items():
+        random.Random(f"render-order:{speaker}").shuffle(utts)
     per_speaker = [[utts[i : i + size] for i in range(0, len(utts), size)] for utts in by_speaker.values()]
     return [b for group in itertools.zip_longest(*per_speaker) for b in group if b]
 

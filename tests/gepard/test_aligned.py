@@ -127,3 +127,29 @@ def test_generation_uses_predicted_durations_and_is_seeded():
     assert predicted.shape == (1, 6) and predicted[0, -1] == 0 and bool((predicted >= 0).all())
     slower = model.duration.predict(prompt.text_ids, torch.tensor([6]), speed=0.5)
     torch.testing.assert_close(slower, predicted * 2)
+
+
+def test_duration_loss_and_aligned_input_against_naive_loops():
+    """The duration loss is the mean over real tokens of (predicted - log(1 + d))^2; the aligned input of one
+    position is the window of its token's embeddings through one linear layer plus the position features."""
+    torch.manual_seed(0)
+    model = GepardModel(aligned_micro())
+    ids = torch.tensor([wrapped([5, 6, 7]), wrapped([9]) + [0, 0]])
+    lengths = torch.tensor([6, 4])
+    durations = torch.tensor([[1.0, 2.0, 0.5, 3.0, 1.5, 0.0], [2.0, 4.0, 1.0, 0.0, 0.0, 0.0]])
+    predicted = model.duration(ids, lengths)
+    squares = [(predicted[b, s] - math.log1p(durations[b, s].item())) ** 2
+               for b in range(2) for s in range(int(lengths[b]))]
+    torch.testing.assert_close(model.duration.loss(ids, lengths, durations), torch.stack(squares).mean())
+
+    text = model.embed_tokens(ids)
+    positions = torch.tensor([[0, 3, 7], [0, 2, 9]])
+    added = model.aligned(text, lengths, durations, positions)
+    w = model.aligned.window
+    for b in range(2):
+        for n, j in enumerate(positions[b].tolist()):
+            k, p, d = naive_frame_token(durations[b].tolist(), int(lengths[b]), j)
+            window = [text[b, min(max(k + o, 0), int(lengths[b]) - 1)] for o in range(-w, w + 1)]
+            feats = torch.tensor([p, 1 - p, math.log1p(d), 4 * p * (1 - p)])
+            expected = model.aligned.tokens(torch.cat(window)) + model.aligned.features(feats)
+            torch.testing.assert_close(added[b, n], expected, rtol=1e-5, atol=1e-5)

@@ -304,5 +304,14 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     cfg = config_from_json(json.loads((run / "config.json").read_text()))
     assert cfg.model.aligned is not None and cfg.model.aligned.window == 1
     assert any("duration" in r for r in read_metrics(run / "metrics.jsonl"))
-    loaded = load_gepard(export_gepard(run, tmp_path / "export"))
-    assert loaded.model.is_aligned
+    assert main(["gepard-export", str(run), "--out", str(tmp_path / "export"), "--temperature", "0",
+                 "--top-k", "0"]) == 0
+    loaded = load_gepard(tmp_path / "export")
+    assert loaded.model.is_aligned and loaded.sampling == {"temperature": 0.0, "top_k": 0}
+    from duet.tts.gepard import GepardSpeaker
+
+    speaker = GepardSpeaker.from_pretrained(tmp_path / "export", codec="duet-fsq")  # the model's own defaults
+    assert (speaker.config.sampling.temperature, speaker.config.sampling.top_k) == (0.0, 0)
+    # a bad default is refused with one line (exit 2), nothing written
+    assert main(["gepard-export", str(run), "--out", str(tmp_path / "bad"), "--temperature", "-1"]) == 2
+    assert not (tmp_path / "bad").exists()

@@ -27,6 +27,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from duet.gepard.alignment import GuidedAttentionConfig
 from duet.gepard.checkpoint import save_gepard
 from duet.gepard.config import PRESETS, GepardConfig, preset, with_aligned_input
 from duet.gepard.data import GepardData, GepardDataConfig
+from duet.gepard.generate import SamplingConfig
 from duet.gepard.model import GepardModel
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult, setup_distributed, train
@@ -175,7 +177,7 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
 
 
 def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-                  best: bool = True) -> Path:
+                  best: bool = True, sampling: dict[str, Any] | None = None) -> Path:
     """A run's checkpoint -> the shipped format (``duet.gepard.checkpoint``: fp16 weights, config, tokenizer).
 
     By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
@@ -188,7 +190,8 @@ def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pa
         raise DuetError(f"{run_dir} is not a Gepard run directory (no config.json)") from err
     model = GepardModel(cfg.model)
     model.load_state_dict(load_weights(ckpt, "model"), strict=True)
-    return save_gepard(model.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"), info=info)
+    return save_gepard(model.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"), info=info,
+                       sampling=sampling)
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
@@ -209,8 +212,11 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(duet.gepard.aligned; reads the corpus's timing files; a divergence from the report)")
     p.set_defaults(func=_run_train)
 
-    add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 safetensors)",
-                      "checkpoints/gepard-tiny", _run_export)
+    e = add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 safetensors)",
+                          "checkpoints/gepard-tiny", _run_export)
+    e.add_argument("--temperature", type=float, default=None,
+                   help="the sampling temperature duet speak and duet serve use for this model by default (0: greedy)")
+    e.add_argument("--top-k", type=int, default=None, help="their default top-k for this model (0: off)")
 
 
 def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
@@ -232,7 +238,12 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    return run_export(export_gepard, args)
+    if args.temperature is not None:
+        SamplingConfig(temperature=args.temperature)  # the same checks as at inference: one clear line if bad
+    if args.top_k is not None:
+        SamplingConfig(top_k=args.top_k)
+    sampling = {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k)) if v is not None}
+    return run_export(partial(export_gepard, sampling=sampling), args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ heads, hd head_dim, L cached positions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import torch
@@ -271,4 +271,6 @@ def load_gepard_adapter(checkpoint: str, codec: str | None = None, name: str | N
     loaded = load_gepard(path)
     codec_name = codec or loaded.codec.get("name") or "duet-fsq"
     config = GepardServeConfig(name=name or path.name)
+    if loaded.sampling:  # the model's own defaults (duet.gepard.checkpoint), as duet speak uses them
+        config = replace(config, params=replace(config.params, **loaded.sampling))
     return GepardAdapter(loaded.model, load_codec(codec_name), text_encoder(loaded.tokenizer), config)

@@ -224,14 +224,16 @@ def run_train(train_fn: Callable[..., LoopResult], cfg: Any, args: argparse.Name
 
 
 def add_export_parser(subparsers: Any, name: str, help: str, out_example: str,
-                      func: Callable[[argparse.Namespace], int]) -> None:
-    """``duet train NAME RUN --out DIR [--checkpoint C] [--latest]``: a run written as a shipped model."""
+                      func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """``duet train NAME RUN --out DIR [--checkpoint C] [--latest]``: a run written as a shipped model; returns the
+    sub-parser, for a family's own export flags."""
     e = subparsers.add_parser(name, help=help)
     e.add_argument("run_dir")
     e.add_argument("--out", required=True, help=f"e.g. {out_example}")
     e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
     e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
     e.set_defaults(func=func)
+    return e
 
 
 def run_export(export_fn: Callable[..., Path], args: argparse.Namespace) -> int:

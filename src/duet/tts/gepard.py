@@ -56,7 +56,8 @@ class GepardSpeaker:
         from duet.codecs import load as load_codec
 
         loaded = load_gepard(path, device=device)
-        return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device))
+        config = SpeakConfig(sampling=replace(SPEAK_SAMPLING, **loaded.sampling))  # the model's own defaults, if any
+        return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device), config)
 
     def _check(self, text: str, voice: str | None, cfg_scale: float | None = None) -> list[str]:
         if voice is not None and voice not in self.voices:

@@ -218,18 +218,8 @@ def large() -> CorpusPreset:
         *(SpeakerQuota(espeak(v, var, p, r), sentences=100, short=25) for v, var, p, r in _BASE_ESPEAK_EN),
         *(SpeakerQuota(espeak(v, var, p, r, language=v), sentences=60) for v, var, p, r in _BASE_ESPEAK_OTHER),
     )
-    return CorpusPreset(
-        name="large",
-        voices=voices,
-        asterisk=(ASTERISK_EN, ASTERISK_ES, replace(ASTERISK_FR, max_prompts=300)),
-        pocketsphinx=PocketsphinxTestdata(),
-        en_templates=1500,
-        short_pool=6000,
-        val_fraction=0.02,
-        test_fraction=0.02,
-        batch_size=16,
-        text_sources={"en": LARGE_TEXTS, "es": ("fortunes", "sparv")},
-    )
+    # recordings, templates, short pool, splits and batches as in `base`
+    return replace(base(), name="large", voices=voices, text_sources={"en": LARGE_TEXTS, "es": ("fortunes", "sparv")})
 
 
 PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base, "joe": joe, "large": large}

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 import soundfile as sf
 
+from duet.data.timing import Timing, timing_path, write_timing
 from duet.errors import MissingDependency
 
 # Below this peak the output is treated as silence (a synthesiser that read nothing), not as speech.
@@ -95,6 +96,17 @@ def write_audio(out: str | Path, audio: np.ndarray, sample_rate: int) -> str | N
     sf.write(str(tmp), np.clip(audio, -1.0, 1.0), sample_rate, subtype="PCM_16", format="WAV")
     os.replace(tmp, out)
     return None
+
+
+def write_timed_audio(out: str | Path, audio: np.ndarray, sample_rate: int, timing: Timing | None) -> str | None:
+    """:func:`write_audio` with its timing sidecar (``duet.data.timing``) written first, so a finished audio file
+    of a source that writes timing always has its sidecar; the sidecar is removed again if the audio is refused."""
+    if timing is not None:
+        write_timing(out, timing)
+    err = write_audio(out, audio, sample_rate)
+    if err is not None and timing is not None:
+        timing_path(out).unlink(missing_ok=True)
+    return err
 
 
 def finished_duration(path: str | Path) -> float | None:

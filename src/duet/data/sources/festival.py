@@ -30,8 +30,8 @@ from pathlib import Path
 
 import soundfile as sf
 
-from duet.data.sources.base import RenderItem, require_binary, run_tool, write_audio
-from duet.data.timing import Timing, align_words, check_timing, text_words, timing_path, word_times, write_timing
+from duet.data.sources.base import RenderItem, require_binary, run_tool, write_timed_audio
+from duet.data.timing import Timing, align_words, check_timing, text_words, word_times
 from duet.errors import MissingDependency
 
 VOICE_ROOT = Path("/usr/share/festival/voices")
@@ -177,9 +177,4 @@ class FestivalSpeaker:
             timing = festival_timing(item.text, *read_festival_timing(seg), len(audio) / sr) if seg.is_file() else None
         except ValueError:  # a line Festival wrote that is not what duet_timing prints: no sidecar, audio kept
             timing = None
-        if timing is not None:
-            write_timing(item.out, timing)  # before the audio: a finished audio file always has its timing
-        err = write_audio(item.out, audio, sr)
-        if err is not None:
-            timing_path(item.out).unlink(missing_ok=True)
-        return err
+        return write_timed_audio(item.out, audio, sr, timing)

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import soundfile as sf
 
-from duet.data.sources.base import RenderItem, require_binary, write_audio
-from duet.data.timing import Timing, align_words, check_timing, text_words, timing_path, word_times, write_timing
+from duet.data.sources.base import RenderItem, require_binary, write_timed_audio
+from duet.data.timing import Timing, align_words, check_timing, text_words, word_times
 from duet.errors import MissingDependency
 
 TIMED_VOICES = frozenset({"awb", "rms", "slt"})  # clustergen: the audio follows the segment times
@@ -145,12 +145,7 @@ class FliteSpeaker:
         except Exception as err:  # soundfile raises several types
             return f"unreadable flite output: {item.id}: {err}"
         timing = self._timing(item.text, utterances, pronunciations, len(audio) / sr) if self.timed else None
-        if timing is not None:
-            write_timing(item.out, timing)  # before the audio: a finished audio file always has its timing
-        err = write_audio(item.out, audio, sr)
-        if err is not None:
-            timing_path(item.out).unlink(missing_ok=True)
-        return err
+        return write_timed_audio(item.out, audio, sr, timing)
 
     def _timing(self, text: str, utterances: list[Segments], pronunciations: dict[str, list[str]],
                 duration: float) -> Timing | None:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from duet.data.sources.base import RenderItem, require_binary, write_audio
+from duet.data.sources.base import RenderItem, require_binary, write_timed_audio
 from duet.data.timing import (
     IPA,
     Timing,
@@ -49,9 +49,7 @@ from duet.data.timing import (
     check_timing,
     is_separator,
     text_words,
-    timing_path,
     word_times,
-    write_timing,
 )
 from duet.errors import MissingDependency
 from duet.text.phonemes import phonemize_many
@@ -289,9 +287,5 @@ class PiperSpeaker:
         problems = check_timing(timing, duration)
         if problems:
             return f"bad timing: {item.id}: {problems[0]}"
-        write_timing(item.out, timing)  # before the audio: a finished audio file always has its timing
-        err = write_audio(item.out, result.audio, result.sample_rate)
-        if err is not None:
-            timing_path(item.out).unlink(missing_ok=True)
-        return err
+        return write_timed_audio(item.out, result.audio, result.sample_rate, timing)
 

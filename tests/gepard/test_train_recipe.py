@@ -276,8 +276,12 @@ def test_aligned_data_reads_timing_and_lays_out_every_frame(corpus, tmp_path):
     shutil.copytree(manifest.parent, root)
     timed = {"slt-001", "slt-002", "kal-002"}
     _write_timing(root / "manifest.jsonl", timed)
-    model = replace(with_aligned_input(small_config(), window=1, duration_layers=1))
-    data = GepardData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(tokenizer), DATA, "train",
+    model = with_aligned_input(small_config(), window=1, duration_layers=1)
+    with pytest.raises(DuetError, match="phoneme tokenizer"):  # a text BPE would read IPA in training only
+        GepardData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(tokenizer), DATA, "train",
+                               model=model)
+    ipa = train_tokenizer(root / "manifest.jsonl", tmp_path / "ipa.json", DATA, vocab_size=300, phonemes="en-us")
+    data = GepardData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(ipa), DATA, "train",
                                   model=model)
     assert {it.id for it in data.items} == timed and data.dropped["no_timing"] > 0
     for it in data.items:
@@ -300,7 +304,8 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     run = tmp_path / "run"
     assert main(["gepard", "--preset", "gepard-tiny", "--shards", str(root / "codes"), "--manifest",
                  str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--aligned", "1",
-                 "--batch-frames", "200", "--val-every", "0", "--quiet"]) == 0
+                 "--batch-frames", "200", "--val-every", "0", "--tokenizer", "train-phoneme-bpe", "--bpe-vocab",
+                 "300", "--quiet"]) == 0
     cfg = config_from_json(json.loads((run / "config.json").read_text()))
     assert cfg.model.aligned is not None and cfg.model.aligned.window == 1
     assert any("duration" in r for r in read_metrics(run / "metrics.jsonl"))

@@ -209,6 +209,11 @@ class GepardData(SplitFacts):
 def _timed_items(chosen: Sequence[tuple[Utterance, str]], root: Path, tokenizer, shards: CodeShards,
                  dropped) -> list[_Item]:
     """Items whose text is the IPA their voice read (from the timing sidecar), with durations per wrapped token."""
+    from duet.text.phonemes import phoneme_tokenizer_class
+
+    if not isinstance(tokenizer, phoneme_tokenizer_class()):  # inference phonemises; training must read IPA too
+        raise DuetError("aligned text input trains on the IPA in the timing files: use a phoneme tokenizer "
+                        "(--tokenizer train-phoneme-bpe)")
     backend = tokenizer.backend_tokenizer  # the BPE itself: a phoneme tokenizer's encode would phonemise again
     dropped.setdefault("no_timing", 0)
     items = []

@@ -163,9 +163,10 @@ def _joe_quota() -> SpeakerQuota:
 
 
 def joe() -> CorpusPreset:
-    """The neural Piper voice alone: 11,000 sentences from the large pool and 1,500 one/two-word items, about 13 h
+    """The neural Piper voice alone: 11,000 sentences from the large pool and 1,500 one/two-word items: 12.1 h
     (the first probe was intelligible from 4.4 h of one voice; distinct text matters more than hours). Piper
-    writes its phone timing next to each file, which aligned text input trains on. About 45 minutes on 2 cores."""
+    writes its phone timing next to each file, which aligned text input trains on. About an hour on 2 cores (56 min
+    measured, shared with training)."""
     return CorpusPreset(
         name="joe",
         voices=(_joe_quota(),),
@@ -183,9 +184,9 @@ def flite(voice: str, rate: float = 1.0) -> FliteSpeaker:
 
 
 def large() -> CorpusPreset:
-    """About 30 h of English over 40+ voices and ~3 h of other languages:
+    """About 30 h of English (an estimate before the first build) over 39 voices, and other languages as in base:
 
-    - the Piper voice as in `joe` (about 13 h; `--reuse` a built `joe` to link its audio instead of rendering it),
+    - the Piper voice as in `joe` (12.1 h; `--reuse` a built `joe` to link its audio instead of rendering it),
       and a faster reading of it (length scale 0.85);
     - Festival slt, kal and ked and their rate/pitch variants (about 9 h: what Whisper understands best after Piper);
     - Flite's statistical voices awb (Scottish male), rms (US male) and slt (about 5 h), the new speakers;

@@ -169,7 +169,3 @@ class AlignedState:
     text_lengths: torch.Tensor  # (B,)
     durations: torch.Tensor  # (B, S)
     position: int  # the audio position the next fed frame occupies
-
-    def frames_planned(self) -> torch.Tensor:
-        """(B,) total frames the alignment lays out per row."""
-        return self.durations.sum(dim=1)

@@ -94,7 +94,7 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> LunaTrainConfig:
                           val_every=250, diag_every=0, checkpoint_every=500, checkpoint_minutes=10.0, patience=6)
         data = LunaDataConfig(batch_frames=2000, max_batch_size=32, max_frames=400)
         # The first (coarse) codebook carries most of what is said; the deep ones sit near their unigram entropy.
-        # Weighted up (with phoneme input and tied heads, session 6), the first codebook's validation CE reached
+        # Weighted up (with phoneme input and tied heads), the first codebook's validation CE reached
         # 4.53 nats after 1,750 steps, against 5.09 for the equal-weight, untied, BPE run after as many.
         diffusion = DiffusionConfig(codebook_weights=(4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0))
     else:  # luna-0.6b: the report's shape in bf16; sized for one large GPU, not measured here (no GPU in reach)

@@ -1,4 +1,4 @@
-"""Serving: a continuous-batching engine and an OpenAI-compatible speech API (issue 7).
+"""Serving: a continuous-batching engine and an OpenAI-compatible speech API.
 
 ``sampling``        per-request SamplingParams and one batched, factorised sampling step (per-row generators)
 ``adapter``         the ModelAdapter protocol between the engine and a model family (prefill once, step, release)

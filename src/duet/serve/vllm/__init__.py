@@ -1,4 +1,4 @@
-"""Gepard on vLLM: an out-of-tree model plugin (issue 7 item 4). Imported lazily; training code never imports it.
+"""Gepard on vLLM: an out-of-tree model plugin. Imported lazily; training code never imports it.
 
 ``register`` is duet's ``vllm.general_plugins`` entry point (pyproject.toml). vLLM calls it in every process it
 starts (engine, workers, and the subprocess that inspects model classes), which is why registration must come from

@@ -10,35 +10,37 @@ import torch
 from gepard_testing import micro_config, random_codes, wrapped
 
 from duet.data.token_timing import token_spans, wrapped_durations
-from duet.gepard.aligned import frame_tokens, window_indices
+from duet.gepard.aligned import EOT_BACK
 from duet.gepard.config import GepardConfig, with_aligned_input
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt, collate
+from duet.nn.aligned import frame_tokens, window_indices
 
 
-def naive_frame_token(durations: list[float], length: int, j: int) -> tuple[int, float, float]:
+def naive_frame_token(durations: list[float], length: int, j: int, eot_back: int) -> tuple[int, float, float]:
     """Walk the spans one by one: the token whose [start, end) holds frame j's centre, else EOT (p = 1)."""
     centre, start = j + 0.5, 0.0
-    for k in range(length - 1):  # SOS (the last) never holds a frame
+    for k in range(length - eot_back + 1):  # what follows EOT (Gepard's SOS) never holds a frame
         end = start + durations[k]
         if start <= centre < end:
             return k, (centre - start) / durations[k], durations[k]
         start = end
-    return length - 2, 1.0, durations[length - 2]
+    return length - eot_back, 1.0, durations[length - eot_back]
 
 
-def test_frame_tokens_match_a_naive_walk():
+@pytest.mark.parametrize("eot_back", [EOT_BACK, 1])  # Gepard's [.., EOT, SOS] and Luna's [.., EOT]
+def test_frame_tokens_match_a_naive_walk(eot_back):
     g = torch.Generator().manual_seed(0)
     durations = torch.rand((3, 9), generator=g) * 4
     durations[:, 3] = 0.0  # a token with no frames is skipped
     lengths = torch.tensor([9, 7, 5])
     for row, n in enumerate(lengths.tolist()):
-        durations[row, n - 1:] = 0.0  # SOS and padding
+        durations[row, n - eot_back + 1:] = 0.0  # SOS (Gepard) and padding
     positions = torch.arange(30).expand(3, -1)
-    k, p, d = frame_tokens(durations, lengths, positions)
+    k, p, d = frame_tokens(durations, lengths, positions, eot_back)
     for row, n in enumerate(lengths.tolist()):
         for j in range(30):
-            kk, pp, dd = naive_frame_token(durations[row].tolist(), n, j)
+            kk, pp, dd = naive_frame_token(durations[row].tolist(), n, j, eot_back)
             assert k[row, j].item() == kk
             assert p[row, j].item() == pytest.approx(pp, abs=1e-5)
             assert d[row, j].item() == pytest.approx(dd, abs=1e-5)
@@ -58,7 +60,7 @@ def test_token_spans_share_split_characters_and_durations_add_up():
     assert flat == pytest.approx([0.10, 0.35, 0.35, 0.375, 0.375, 0.40, 0.50, 0.70])
     d = wrapped_durations(spans, frame_rate=10.0, frames=9)
     # SOT = 1 frame of leading silence; the pause 0.40-0.50 belongs to the token before it; EOT 2 frames
-    assert d == pytest.approx([1.0, 2.5, 0.25, 1.25, 2.0, 2.0, 0.0])
+    assert d == pytest.approx([1.0, 2.5, 0.25, 1.25, 2.0, 2.0])
     assert math.fsum(d) == pytest.approx(9.0)
 
 
@@ -148,7 +150,7 @@ def test_duration_loss_and_aligned_input_against_naive_loops():
     w = model.aligned.window
     for b in range(2):
         for n, j in enumerate(positions[b].tolist()):
-            k, p, d = naive_frame_token(durations[b].tolist(), int(lengths[b]), j)
+            k, p, d = naive_frame_token(durations[b].tolist(), int(lengths[b]), j, EOT_BACK)
             window = [text[b, min(max(k + o, 0), int(lengths[b]) - 1)] for o in range(-w, w + 1)]
             feats = torch.tensor([p, 1 - p, math.log1p(d), 4 * p * (1 - p)])
             expected = model.aligned.tokens(torch.cat(window)) + model.aligned.features(feats)

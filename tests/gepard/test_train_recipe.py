@@ -11,6 +11,7 @@ import pytest
 import torch
 from gepard_train_testing import MISSING, UTTERANCES, small_config, write_corpus
 
+from corpus_testing import write_ipa_timing
 from duet.errors import DuetError
 from duet.gepard.checkpoint import load_gepard
 from duet.gepard.config import PRESETS, with_aligned_input
@@ -254,20 +255,6 @@ def test_guided_attention_and_text_dropout_from_the_command_line(corpus, tmp_pat
     assert val["val_loss"] == pytest.approx(val["val_ce"] + val["val_stop_bce"] * 2, rel=1e-4)  # no guided term
 
 
-def _write_timing(manifest, ids) -> None:
-    """IPA-alphabet timing sidecars for some utterances: every character of a made-up IPA string gets 0.05 s
-    after 0.1 s of silence (the fake corpus's audio is noise; only the bookkeeping is tested)."""
-    from duet.data.manifest import read_manifest
-    from duet.data.timing import IPA, Timing, write_timing
-
-    root = manifest.parent
-    for u in read_manifest(manifest):
-        if u.id in ids:
-            ipa = "ðə kwˈɪk."
-            phones = tuple((ch, 0.1 + 0.05 * i, 0.15 + 0.05 * i) for i, ch in enumerate(ipa))
-            write_timing(root / u.path, Timing(ipa, phones, (("the", 0.1, 0.2), ("quick", 0.25, 0.55)), IPA))
-
-
 def test_aligned_data_reads_timing_and_lays_out_every_frame(corpus, tmp_path):
     import shutil
 
@@ -275,7 +262,7 @@ def test_aligned_data_reads_timing_and_lays_out_every_frame(corpus, tmp_path):
     root = tmp_path / "corpus"
     shutil.copytree(manifest.parent, root)
     timed = {"slt-001", "slt-002", "kal-002"}
-    _write_timing(root / "manifest.jsonl", timed)
+    write_ipa_timing(root / "manifest.jsonl", timed)
     model = with_aligned_input(small_config(), window=1, duration_layers=1)
     with pytest.raises(DuetError, match="phoneme tokenizer"):  # a text BPE would read IPA in training only
         GepardData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(tokenizer), DATA, "train",
@@ -300,7 +287,7 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     import shutil
 
     shutil.copytree(manifest.parent, root)
-    _write_timing(root / "manifest.jsonl", {u[0] for u in UTTERANCES})
+    write_ipa_timing(root / "manifest.jsonl", {u[0] for u in UTTERANCES})
     run = tmp_path / "run"
     assert main(["gepard", "--preset", "gepard-tiny", "--shards", str(root / "codes"), "--manifest",
                  str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--aligned", "1",

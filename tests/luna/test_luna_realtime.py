@@ -56,7 +56,7 @@ def test_presets_are_luna_presets_with_32_frame_blocks():
         assert cfg.block_size == 32 and RealtimeConfig.from_dict(cfg.to_dict()) == cfg
     with torch.device("meta"):
         model = LunaRealtime(realtime_preset("luna-realtime-tiny"))
-    assert model.end_head.weight.shape == (1, 384)
+    assert model.end_head.weight.shape == (1, realtime_preset("luna-realtime-tiny").luna.backbone.width)
     with pytest.raises(DuetError, match="unknown Luna Realtime preset"):
         realtime_preset("luna-realtime-7b")
     with pytest.raises(DuetError):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from luna_train_testing import K, Q, micro_configs, write_rvq_corpus
 
-from corpus_testing import MISSING, UTTERANCES
+from corpus_testing import MISSING, UTTERANCES, write_ipa_timing
 from duet.data.shards import CodeShards
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
@@ -269,3 +269,49 @@ def test_data_align_writes_alignments_that_training_reads(corpus, tmp_path, caps
     assert train_luna(cfg, tmp_path / "run", tokenizer=str(tokenizer), progress=False).step == 1
     with pytest.raises(DuetError, match="another tokenizer"):  # a BPE of another size: other ids
         train_luna(replace(cfg, bpe_vocab=280), tmp_path / "other", tokenizer="train-bpe", progress=False)
+
+
+def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
+    import shutil
+
+    from duet.tts.luna import LunaSpeaker
+
+    manifest, shards, tokenizer = corpus
+    root = tmp_path / "corpus"
+    shutil.copytree(manifest.parent, root)
+    untimed = _data(corpus).items[0].id  # a training utterance without timing: left out, counted
+    timed = {u[0] for u in UTTERANCES} - {untimed}
+    write_ipa_timing(root / "manifest.jsonl", timed)
+    model = replace(micro_configs()[0], aligned_window=1)
+    with pytest.raises(DuetError, match="phoneme tokenizer"):  # a text BPE would read IPA in training only
+        LunaData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(tokenizer), DATA, "train",
+                             model=model)
+    ipa = train_tokenizer(root / "manifest.jsonl", tmp_path / "ipa.json", DATA, vocab_size=300, phonemes="en-us")
+    data = LunaData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(ipa), DATA, "train",
+                                model=model)
+    assert {it.id for it in data.items} <= timed and data.dropped["no_timing"] > 0
+    for it in data.items:
+        assert it.text == "ðə kwˈɪk." and len(it.durations) == len(it.ids) + 2  # SOT, tokens, EOT
+        assert sum(it.durations) == pytest.approx(it.frames)  # every frame is laid out, silence included
+        assert it.durations[0] == pytest.approx(0.1 * 25.0)  # SOT = the leading silence, at 25 Hz
+    batch = data.epoch(0)[0]
+    assert batch.durations.dtype == torch.float32 and batch.inputs.durations.shape == batch.inputs.text_ids.shape
+
+    run = tmp_path / "run"
+    assert main(["luna", "--preset", "luna-tiny", "--shards", str(root / "codes"), "--manifest",
+                 str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--aligned", "1",
+                 "--batch-frames", "200", "--val-every", "0", "--tokenizer", "train-phoneme-bpe", "--bpe-vocab",
+                 "300", "--quiet"]) == 0
+    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    assert cfg.model.aligned_window == 1
+    assert main(["luna", "--out", str(run), "--resume", "--aligned", "2", "--steps", "3", "--quiet"]) == 2
+    assert main(["luna-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
+    speaker = LunaSpeaker.from_pretrained(tmp_path / "ship", codec="duet-rvq")
+    assert speaker.model.config.is_aligned
+    ids = encode_text("the quick", speaker.tokenizer)
+    layout = speaker.layout(ids, 30)  # the predictor's durations stretched over the 30 frames asked for
+    assert layout.shape == (1, len(ids)) and float(layout.sum()) == pytest.approx(30.0, rel=1e-5)
+    cloned = speaker.layout(ids, 30, prompt_tokens=2, prompt_frames=12)
+    assert float(cloned[0, :2].sum()) == pytest.approx(12.0) and float(cloned[0, 2:].sum()) == pytest.approx(30.0)
+    speech = speaker.speak("the quick", seed=0, steps=2)
+    assert speech.audio.size > 0 and speech.sample_rate == speaker.sample_rate

@@ -8,7 +8,6 @@ a pause between two characters belongs to the token before it, and the durations
     SOT = start of the first token         (leading silence)
     d_j = start_{j+1} - start_j            (the last text token ends where its last character ends)
     EOT = frames - end of the last token   (trailing silence, clamped at 0)
-    SOS = 0
 
 all in frames at the codec's frame rate, continuous (never rounded: DESIGN §D). Tokens that share characters (a
 byte-level BPE can cut one character into two tokens) share its span equally.
@@ -17,7 +16,11 @@ byte-level BPE can cut one character into two tokens) share its span equally.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+from duet.data.manifest import Utterance
+from duet.data.timing import IPA, read_timing, timing_path
 from duet.errors import DuetError
 
 
@@ -42,7 +45,7 @@ def token_spans(offsets: Sequence[tuple[int, int]], char_spans: Sequence[tuple[f
 
 
 def wrapped_durations(spans: Sequence[tuple[float, float]], frame_rate: float, frames: int) -> list[float]:
-    """Per-token (start, end) seconds of the text tokens -> frames per wrapped token [SOT, *text, EOT, SOS]."""
+    """Per-token (start, end) seconds of the text tokens -> frames per wrapped token [SOT, *text, EOT]."""
     if not spans:
         raise DuetError("no text tokens to lay out")
     starts = [max(0.0, s * frame_rate) for s, _ in spans]
@@ -52,4 +55,45 @@ def wrapped_durations(spans: Sequence[tuple[float, float]], frame_rate: float, f
     starts = [min(s, float(frames)) for s in starts]
     end = min(end, float(frames))
     text = [b - a for a, b in zip(starts, starts[1:] + [end])]
-    return [starts[0], *text, float(frames) - end, 0.0]
+    return [starts[0], *text, float(frames) - end]
+
+
+@dataclass(frozen=True)
+class TimedText:
+    """An utterance's text as its voice read it, tokenised, with the frames of each token."""
+
+    utterance: Utterance
+    phonemes: str  # the IPA string of the timing sidecar
+    ids: tuple[int, ...]  # its token ids, without service tokens
+    frames: int
+    durations: tuple[float, ...]  # frames per token of [SOT, *ids, EOT], adding up to ``frames``
+
+
+def timed_texts(utterances: Sequence[Utterance], root: Path, tokenizer, frames_of, frame_rate: float,
+                dropped: dict[str, int]) -> list[TimedText]:
+    """The utterances whose timing sidecar (under corpus ``root``) is in IPA, tokenised by ``tokenizer``'s BPE
+    (a phoneme tokenizer: inference phonemises, so training reads IPA too). ``frames_of(id)`` is the utterance's
+    frame count; the others are counted in ``dropped["no_timing"]``."""
+    from duet.text.phonemes import phoneme_tokenizer_class
+
+    if not isinstance(tokenizer, phoneme_tokenizer_class()):
+        raise DuetError("aligned text input trains on the IPA in the timing files: use a phoneme tokenizer "
+                        "(--tokenizer train-phoneme-bpe)")
+    backend = tokenizer.backend_tokenizer  # the BPE itself: a phoneme tokenizer's encode would phonemise again
+    dropped.setdefault("no_timing", 0)
+    out = []
+    for u in utterances:
+        path = timing_path(root / u.path)
+        timing = read_timing(path) if path.is_file() else None
+        if timing is None or timing.alphabet != IPA:  # no file, or a synthesiser's own phone set (no offsets)
+            dropped["no_timing"] += 1
+            continue
+        encoding = backend.encode(timing.phonemes, add_special_tokens=False)
+        if not encoding.ids:
+            dropped["no_timing"] += 1
+            continue
+        frames = frames_of(u.id)
+        spans = token_spans(encoding.offsets, [(s, e) for _, s, e in timing.phones])
+        durations = wrapped_durations(spans, frame_rate, frames)
+        out.append(TimedText(u, timing.phonemes, tuple(encoding.ids), frames, tuple(durations)))
+    return out

@@ -45,8 +45,7 @@ from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
-from duet.data.timing import IPA, read_timing, timing_path
-from duet.data.token_timing import token_spans, wrapped_durations
+from duet.data.token_timing import timed_texts
 from duet.data.utterances import (
     SplitFacts,
     coded_texts,
@@ -146,7 +145,9 @@ class GepardData(SplitFacts):
         if aligned:
             if not isinstance(manifest, (str, Path)):
                 raise DuetError("aligned text input reads timing files next to the corpus: pass the manifest path")
-            timed = _timed_items(chosen, Path(manifest).parent, tokenizer, shards, dropped)
+            timed = [_Item(t.utterance.id, t.phonemes, t.ids, t.frames, (*t.durations, 0.0))  # SOS: no frames
+                     for t in timed_texts([u for u, _ in chosen], Path(manifest).parent, tokenizer, shards.frames,
+                                          shards.frame_rate, dropped)]
         else:
             encoded = tokenizer([t for _, t in chosen], add_special_tokens=False)["input_ids"] if chosen else []
             timed = [_Item(u.id, text, tuple(ids), shards.frames(u.id)) for (u, text), ids in zip(chosen, encoded)]
@@ -204,34 +205,3 @@ class GepardData(SplitFacts):
     def batches(self) -> list[GepardBatch]:
         """Every batch of the split, un-augmented, in length order (validation)."""
         return [self.make_batch(b) for b in self.plan(0)]
-
-
-def _timed_items(chosen: Sequence[tuple[Utterance, str]], root: Path, tokenizer, shards: CodeShards,
-                 dropped) -> list[_Item]:
-    """Items whose text is the IPA their voice read (from the timing sidecar), with durations per wrapped token."""
-    from duet.text.phonemes import phoneme_tokenizer_class
-
-    if not isinstance(tokenizer, phoneme_tokenizer_class()):  # inference phonemises; training must read IPA too
-        raise DuetError("aligned text input trains on the IPA in the timing files: use a phoneme tokenizer "
-                        "(--tokenizer train-phoneme-bpe)")
-    backend = tokenizer.backend_tokenizer  # the BPE itself: a phoneme tokenizer's encode would phonemise again
-    dropped.setdefault("no_timing", 0)
-    items = []
-    for u, _ in chosen:
-        path = timing_path(root / u.path)
-        if not path.is_file():
-            dropped["no_timing"] += 1
-            continue
-        timing = read_timing(path)
-        if timing.alphabet != IPA:  # a synthesiser's own phone set: no character offsets to map tokens with
-            dropped["no_timing"] += 1
-            continue
-        encoding = backend.encode(timing.phonemes, add_special_tokens=False)
-        if not encoding.ids:
-            dropped["no_timing"] += 1
-            continue
-        frames = shards.frames(u.id)
-        spans = token_spans(encoding.offsets, [(s, e) for _, s, e in timing.phones])
-        durations = wrapped_durations(spans, shards.frame_rate, frames)
-        items.append(_Item(u.id, timing.phonemes, tuple(encoding.ids), frames, tuple(durations)))
-    return items

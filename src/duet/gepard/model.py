@@ -41,11 +41,12 @@ from torch.nn import functional as F
 from transformers.cache_utils import Cache, DynamicCache
 
 from duet.errors import DuetError
-from duet.gepard.aligned import AlignedInput, AlignedState, DurationHead
+from duet.gepard.aligned import EOT_BACK, AlignedState, DurationHead
 from duet.gepard.alignment import GuidedAttentionConfig, guided_attention_loss
 from duet.gepard.audio_interface import AudioInterface
 from duet.gepard.config import GepardConfig
 from duet.gepard.heads import FrameLogits, GepardHeads
+from duet.nn.aligned import AlignedInput
 from duet.nn.backbone import build_qwen3, new_cache, run_backbone, run_backbone_attentions
 
 IGNORE = -100  # label of a position that is not scored
@@ -231,7 +232,7 @@ class GepardModel(nn.Module):
         self.heads = GepardHeads(config)
         self.audio_interface.set_scale(self.model.embed_tokens.weight)
         if config.aligned is not None:
-            self.aligned = AlignedInput(config.width, config.aligned.window)
+            self.aligned = AlignedInput(config.width, config.aligned.window, EOT_BACK)
             self.duration = DurationHead(config.aligned.duration)
 
     @property

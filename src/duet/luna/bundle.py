@@ -37,13 +37,15 @@ class LunaBatch:
     """A training batch: conditions and clean target grids, plus per-token duration targets."""
 
     inputs: LunaInputs  # text (B, S), clean target (B, T, Q); no prompt: the objective cuts prompts (diffusion.py)
-    durations: torch.Tensor  # (B, S) int64 frames per text token; each row adds up to its target length
+    # (B, S) frames per text token; each row adds up to its target length: int64 counts, or float (continuous
+    # corpus timing, which aligned models also read as ``inputs.durations``)
+    durations: torch.Tensor
 
     def to(self, device: torch.device | str) -> "LunaBatch":
         i = self.inputs
         move = lambda x: None if x is None else x.to(device)  # noqa: E731
         inputs = LunaInputs(move(i.text_ids), move(i.text_lengths), move(i.target), move(i.target_lengths),
-                            move(i.prompt), move(i.prompt_lengths))
+                            move(i.prompt), move(i.prompt_lengths), move(i.durations))
         return LunaBatch(inputs, self.durations.to(device))
 
 

@@ -10,12 +10,14 @@ Presets (``luna_preset(name)``; a test builds each one):
                vocabulary 151,936 (duet's service tokens sit in its padded rows, see ``duet.text.qwen``), tied
                embeddings, RoPE theta 1e6. Backbone 596,049,920 parameters (155,582,464 of them the embedding);
                audio tables 8 x 2049 x 1024 and heads 1024 -> 8 x 2048 add 33.6M.
-``luna-tiny``  a CPU-sized model for the shipped checkpoint: room for duet's small BPE (2048 bytes + merges, then the
-               service tokens; the shipped model reads a 512-entry phoneme BPE), D 384, 8 layers, 6 query / 2
-               key-value heads of 64, MLP 1024, RoPE theta 1e4 (sequences stay under ~1k positions; divergence from
-               the 0.6b's 1e6, which is sized for 40k), heads tied to the code tables (``tie_heads``). About 13M
-               backbone + 6.3M audio parameters with the full 8 x 2048 grid (12.6M untied). When the trained BPE
-               comes out smaller than requested, rebuild the config with ``with_vocab(cfg, len(tokenizer))``.
+``luna-tiny``  a CPU-sized model for the shipped checkpoint, gepard-tiny's backbone shape: room for duet's small
+               BPE (2048 bytes + merges, then the service tokens; the shipped model reads a phoneme BPE), D 256,
+               6 layers, 4 query / 2 key-value heads of 64, MLP 768, RoPE theta 1e4 (sequences stay under ~1k
+               positions; divergence from the 0.6b's 1e6, which is sized for 40k), heads tied to the code tables
+               (``tie_heads``). About 5.3M backbone + 4.2M audio parameters with the full 8 x 2048 grid. Measured
+               on one core here: a 2,000-position training step takes 3.9 s, against 7.2 s at D 384 / 8 layers
+               (the first shipped luna-tiny's shape, whose fp16 export was 44 MB). When the trained BPE comes out
+               smaller than requested, rebuild the config with ``with_vocab(cfg, len(tokenizer))``.
 """
 
 from __future__ import annotations
@@ -37,10 +39,21 @@ class LunaConfig:
     # tie their output layer to the token embedding. Duet's option, not the report's: it drops Q x K x D head
     # weights (12.6M parameters, 25 MB in fp16 for luna-tiny) and makes a code's input and output vectors one.
     tie_heads: bool = False
+    # Aligned text input (``duet.nn.aligned``; a divergence from the report, for small compute): every prompt and
+    # target frame also receives the embedding of the text token it belongs to and of ``aligned_window`` tokens
+    # either side, laid out by per-token durations (corpus timing in training, the duration predictor at
+    # inference). None: off, the report's model.
+    aligned_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_codebooks <= 0 or self.codebook_size <= 1:
             raise DuetError(f"need Q >= 1 codebooks of K >= 2 codes, got Q={self.num_codebooks} K={self.codebook_size}")
+        if self.aligned_window is not None and self.aligned_window < 0:
+            raise DuetError(f"aligned_window must be >= 0 (or None: off), got {self.aligned_window}")
+
+    @property
+    def is_aligned(self) -> bool:
+        return self.aligned_window is not None
 
     @property
     def mask_id(self) -> int:
@@ -72,12 +85,12 @@ QWEN3_0_6B = BackboneConfig(
 TINY_BPE_SIZE = 2048  # bytes + merges asked of duet.text.bpe for luna-tiny; service tokens come on top
 
 TINY = BackboneConfig(
-    num_layers=8,
-    width=384,
-    num_heads=6,
+    num_layers=6,
+    width=256,
+    num_heads=4,
     num_kv_heads=2,
     head_dim=64,
-    mlp_width=1024,
+    mlp_width=768,
     vocab_size=TINY_BPE_SIZE + len(SERVICE_TOKENS),
     rope_theta=10_000.0,
     max_positions=4096,

@@ -45,6 +45,7 @@ import torch
 from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
+from duet.data.token_timing import timed_texts
 from duet.data.utterances import SplitFacts, coded_texts, prepare_input
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBatch
@@ -100,9 +101,10 @@ class _Item:
     ids: tuple[int, ...]  # its token ids, without SOT/EOT
     weights: tuple[int, ...]  # non-space characters per token
     frames: int
-    durations: tuple[int, ...] | None = None  # forced-alignment targets of [SOT, ids..., EOT], if aligned
+    # targets of [SOT, ids..., EOT]: int frame counts of a forced alignment, or float frames of the corpus timing
+    durations: tuple[int, ...] | tuple[float, ...] | None = None
 
-    def targets(self) -> list[int]:
+    def targets(self) -> list[int] | list[float]:
         """Duration targets of the wrapped text: the alignment's, else the character spread."""
         return list(self.durations) if self.durations is not None else duration_targets(self.weights, self.frames)
 
@@ -158,21 +160,21 @@ class LunaData(SplitFacts):
 
         # with a limit, a fixed subset spread over speakers: the first ``limit`` in id-hash order
         chosen, dropped = coded_texts(manifest, split, cfg, shards, ordered=limit is not None)
-        encoded = (tokenizer([t for _, t in chosen], add_special_tokens=False, return_offsets_mapping=True)
-                   if chosen else {"input_ids": [], "offset_mapping": []})
+        if model is not None and model.is_aligned:
+            candidates = _timed_items(chosen, manifest, tokenizer, shards, dropped)
+        else:
+            candidates = _spread_items(chosen, tokenizer, shards)
         items, unaligned = [], 0
-        for (u, text), ids, offsets in zip(chosen, encoded["input_ids"], encoded["offset_mapping"]):
-            weights = tuple(token_weights(surface(tokenizer, text), offsets))  # offsets index the IPA, if phonemes
-            item = _Item(u.id, text, tuple(ids), weights, shards.frames(u.id))
+        for item in candidates:
             if item.frames > cfg.max_frames or item.positions > max_positions or item.frames < 1:
                 dropped["too_long"] += 1
                 continue
-            if not sum(weights):  # nothing to speak (cannot happen for stripped non-empty text; kept as a guard)
+            if not sum(item.weights):  # nothing to speak (cannot happen for stripped non-empty text; a guard)
                 dropped["empty_text"] += 1
                 continue
-            if alignments is not None:
-                aligned = alignments.get(u.id)
-                if aligned is not None and len(aligned) == len(ids) + 2 and sum(aligned) == item.frames:
+            if alignments is not None and item.durations is None:
+                aligned = alignments.get(item.id)
+                if aligned is not None and len(aligned) == len(item.ids) + 2 and sum(aligned) == item.frames:
                     item = replace(item, durations=tuple(aligned))
                 else:
                     unaligned += 1
@@ -203,8 +205,12 @@ class LunaData(SplitFacts):
             item = self.items[i]
             texts.append(torch.tensor(wrap_text(item.ids, self.service), dtype=torch.long))  # (S_i,)
             grids.append(self.grid(item.id))  # (T_i, Q)
-            durations.append(torch.tensor(item.targets(), dtype=torch.long))  # (S_i,)
-        inputs = collate(texts, grids, text_pad_id=self.service.pad, mask_id=self.mask_id)
+            durations.append(torch.tensor(item.targets()))  # (S_i,) int64 counts, or float timing
+        timed = all(d.dtype.is_floating_point for d in durations)
+        if not timed:
+            durations = [d.long() for d in durations]
+        inputs = collate(texts, grids, text_pad_id=self.service.pad, mask_id=self.mask_id,
+                         durations=durations if timed else None)
         return LunaBatch(inputs, pad_right(durations, 0)[0])  # durations (B, S)
 
     def epoch(self, epoch: int) -> Sequence[LunaBatch]:
@@ -213,3 +219,22 @@ class LunaData(SplitFacts):
     def batches(self) -> list[LunaBatch]:
         """Every batch of the split in length order (validation)."""
         return [self.make_batch(b) for b in self.plan(0)]
+
+
+def _spread_items(chosen: Sequence[tuple[Utterance, str]], tokenizer, shards: CodeShards) -> list[_Item]:
+    """Items of the prepared texts, tokenised with character offsets (the spread's weights)."""
+    encoded = (tokenizer([t for _, t in chosen], add_special_tokens=False, return_offsets_mapping=True)
+               if chosen else {"input_ids": [], "offset_mapping": []})
+    return [_Item(u.id, text, tuple(ids), tuple(token_weights(surface(tokenizer, text), offsets)),  # IPA offsets
+                  shards.frames(u.id))
+            for (u, text), ids, offsets in zip(chosen, encoded["input_ids"], encoded["offset_mapping"])]
+
+
+def _timed_items(chosen: Sequence[tuple[Utterance, str]], manifest, tokenizer, shards: CodeShards,
+                 dropped: dict[str, int]) -> list[_Item]:
+    """Items whose text is the IPA their voice read, with the corpus timing's continuous frames per token."""
+    if not isinstance(manifest, (str, Path)):
+        raise DuetError("aligned text input reads timing files next to the corpus: pass the manifest path")
+    timed = timed_texts([u for u, _ in chosen], Path(manifest).parent, tokenizer, shards.frames, shards.frame_rate,
+                        dropped)
+    return [_Item(t.utterance.id, t.phonemes, t.ids, (1,) * len(t.ids), t.frames, t.durations) for t in timed]

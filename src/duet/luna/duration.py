@@ -140,10 +140,32 @@ def spread_frames(weights: Sequence[int], frames: int) -> list[int]:
     return out
 
 
+def two_hot(durations: torch.Tensor, num_bins: int) -> torch.Tensor:
+    """Continuous durations (...) in frames -> soft bin targets (..., N) whose expectation is the duration.
+
+    d = n + f (0 <= f < 1) puts 1 - f on bin n and f on bin n + 1, so ``expected_durations`` of a predictor that
+    matches the targets gives d back, not d rounded (DESIGN §D: rounding token boundaries costs WER). Durations
+    at or past the open last bin put all their weight on it.
+    """
+    if durations.numel() and float(durations.min()) < 0:
+        raise DuetError(f"durations must be >= 0 frames, got {float(durations.min())}")
+    d = durations.float().clamp(max=num_bins - 1)
+    low = d.floor().long()  # (...)
+    frac = d - low
+    out = torch.zeros(*d.shape, num_bins, device=d.device)
+    out.scatter_(-1, low[..., None], (1.0 - frac)[..., None])
+    out.scatter_add_(-1, (low + 1).clamp(max=num_bins - 1)[..., None], frac[..., None])
+    return out
+
+
 def duration_loss(logits: torch.Tensor, text_lengths: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over real tokens: logits (B, S, N), text_lengths (B,), durations (B, S) int frames."""
+    """Mean cross-entropy over real tokens: logits (B, S, N), text_lengths (B,), durations (B, S) frames: int
+    counts (one bin each) or float, continuous timing (two neighbouring bins each, :func:`two_hot`)."""
     valid = lengths_to_mask(text_lengths, logits.shape[1])  # (B, S)
-    targets = durations_to_bins(durations.masked_fill(~valid, 0), logits.shape[-1])  # (B, S)
+    durations = durations.masked_fill(~valid, 0)
+    if durations.dtype.is_floating_point:
+        return F.cross_entropy(logits[valid].float(), two_hot(durations[valid], logits.shape[-1]))
+    targets = durations_to_bins(durations, logits.shape[-1])  # (B, S)
     return F.cross_entropy(logits[valid].float(), targets[valid])
 
 
@@ -185,6 +207,15 @@ def total_frames(
             "pass the number of frames explicitly"
         )
     return out
+
+
+def fit_durations(durations: torch.Tensor, frames: float) -> torch.Tensor:
+    """Per-token durations (S,) scaled to add up to ``frames``: how an aligned model lays its text over a grid
+    whose length is set (by ``speed``, a user's T, a bound or a prompt). Spread evenly if they add up to 0."""
+    total = float(durations.sum())
+    if total <= 0:
+        return torch.full_like(durations, frames / max(durations.shape[0], 1), dtype=torch.float32)
+    return durations.float() * (frames / total)
 
 
 # -- model --------------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from duet.luna.backbone import build_bidirectional, load_qwen3_weights
 from duet.luna.checkpoint import read_checkpoint, write_checkpoint
 from duet.luna.config import LunaConfig
 from duet.luna.decode import LogitsFn
+from duet.nn.aligned import AlignedInput
 from duet.nn.masks import additive, bidirectional_mask, lengths_to_mask
 
 
@@ -45,6 +46,9 @@ class LunaInputs:
     target_lengths: torch.Tensor  # (B,) >= 1
     prompt: torch.Tensor | None = None  # (B, P, Q) int64 in 0..K-1: a clean grid, never masked
     prompt_lengths: torch.Tensor | None = None  # (B,) 0 = no prompt
+    # Aligned models only: frames per text token (B, S) float, laid over [prompt | target] as one timeline
+    # (the prompt's frames first), 0 at padding; rows add up to about prompt + target length.
+    durations: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -77,11 +81,13 @@ def collate(
     text_pad_id: int,
     mask_id: int,
     prompts: list[torch.Tensor] | None = None,
+    durations: list[torch.Tensor] | None = None,
 ) -> LunaInputs:
     """Utterances -> one batch: texts (S_i,) token ids, grids (T_i, Q) clean codes, optional prompts (P_i, Q).
 
     Grids are frame-major (T, Q); a codec's ``EncodeResult.codes[b]`` is (Q, T) and needs ``.T`` first. Padding holds
     ``text_pad_id`` / ``mask_id`` (the model ignores it either way). Rows without a prompt may pass a (0, Q) one.
+    ``durations`` (S_i,) per row: frames per text token, for aligned models.
     """
     if not texts or len(texts) != len(grids) or (prompts is not None and len(prompts) != len(texts)):
         raise DuetError("collate needs one text and one grid (and one prompt, if any) per utterance")
@@ -92,7 +98,12 @@ def collate(
     prompt = prompt_lengths = None
     if prompts is not None:
         prompt, prompt_lengths = pad_right(prompts, mask_id)
-    return LunaInputs(text_ids, text_lengths, target, target_lengths, prompt, prompt_lengths)
+    padded_durations = None
+    if durations is not None:
+        if len(durations) != len(texts) or any(d.shape != t.shape for d, t in zip(durations, texts)):
+            raise DuetError("collate needs one duration per text token of every row")
+        padded_durations = pad_right([d.float() for d in durations], 0)[0]
+    return LunaInputs(text_ids, text_lengths, target, target_lengths, prompt, prompt_lengths, padded_durations)
 
 
 def segment_layout(
@@ -141,6 +152,7 @@ class LunaModel(nn.Module):
             self.audio_heads = nn.Linear(D, Q * K, bias=config.head_bias)
         elif config.head_bias:
             self.audio_head_bias = nn.Parameter(torch.zeros(Q * K))
+        self.aligned = AlignedInput(D, config.aligned_window) if config.is_aligned else None
         self.reset_audio_parameters()
 
     # -- parameters -------------------------------------------------------------------------------------------------
@@ -220,13 +232,27 @@ class LunaModel(nn.Module):
         text_ids = text_ids.masked_fill(~valid[:, :S], 0)
         prompt = prompt.masked_fill(~prompt_valid, cfg.mask_id)
         target = target.masked_fill(~valid[:, S + P :, None], cfg.mask_id)
-        x = torch.cat(
-            [self.model.embed_tokens(text_ids), self.embed_grid(prompt), self.embed_grid(target)], dim=1
-        )  # (B, L, D)
+        text = self.model.embed_tokens(text_ids)  # (B, S, D)
+        frames = torch.cat([self.embed_grid(prompt), self.embed_grid(target)], dim=1)  # (B, P + T, D)
+        if self.aligned is not None:
+            frames = frames + self.aligned_input(text, inputs.text_lengths, inputs.durations, prompt_lengths, P, T)
+        x = torch.cat([text, frames], dim=1)  # (B, L, D)
         mask = additive(bidirectional_mask(valid), x.dtype)  # (B, 1, L, L)
         h = self.model(inputs_embeds=x, attention_mask=mask, position_ids=position_ids).last_hidden_state
         h = h[:, S + P :]  # (B, T, D): heads on the target region only
         return self.code_logits(h)  # (B, T, Q, K)
+
+    def aligned_input(self, text: torch.Tensor, text_lengths: torch.Tensor, durations: torch.Tensor | None,
+                      prompt_lengths: torch.Tensor, P: int, T: int) -> torch.Tensor:
+        """The aligned-input vectors (B, P + T, D) of the prompt and target frames; 0 for rows without text (the
+        CFG null condition drops the layout with the text)."""
+        if durations is None:
+            raise DuetError("this Luna model reads aligned text input: it needs per-token durations")
+        B = text.shape[0]
+        frame = torch.arange(max(P, T), device=text.device)
+        positions = torch.cat([frame[:P].expand(B, P), prompt_lengths[:, None] + frame[:T]], dim=1)  # (B, P + T)
+        a = self.aligned(text, text_lengths.clamp(min=1), durations, positions)  # (B, P + T, D)
+        return a * (text_lengths > 0)[:, None, None].to(a.dtype)
 
     def logits_fn(self, inputs: LunaInputs) -> LogitsFn:
         """A ``decode.LogitsFn`` for these conditions (``inputs.target`` is ignored; the decoder supplies tokens).
@@ -251,6 +277,7 @@ class LunaModel(nn.Module):
                 target_lengths=inputs.target_lengths[rows],
                 prompt=prompt[rows],
                 prompt_lengths=prompt_lengths[rows],
+                durations=None if inputs.durations is None else inputs.durations[rows],
             )
             return self(batch)
 

@@ -67,6 +67,9 @@ class RealtimeConfig:
     def __post_init__(self) -> None:
         if self.block_size <= 0:
             raise DuetError(f"block_size must be a positive number of frames, got {self.block_size}")
+        if self.luna.is_aligned:
+            raise DuetError("Luna Realtime does not read aligned text input yet: start it from a Luna model "
+                            "trained without --aligned")
 
     def to_dict(self) -> dict:
         return asdict(self)

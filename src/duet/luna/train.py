@@ -240,6 +240,10 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
                         "default: the preset's)")
     p.add_argument("--tie-heads", action=argparse.BooleanOptionalAction, default=None,
                    help="tie each code head to its codebook's embedding table (a new run only; default: the preset's)")
+    p.add_argument("--aligned", type=int, default=None, metavar="WINDOW",
+                   help="aligned text input with WINDOW tokens either side, laid out by the corpus's timing files "
+                        "in training and by the duration predictor at inference (duet.nn.aligned; needs a phoneme "
+                        "tokenizer; a divergence from the report; a new run only)")
     p.add_argument("--alignments", default=None,
                    help="duration targets from `duet data align` (made with the run's tokenizer; default: the "
                         "character spread)")
@@ -263,6 +267,10 @@ def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
         if args.resume and args.tie_heads != cfg.model.tie_heads:
             raise DuetError("--tie-heads cannot change on --resume (the weights' shapes would change)")
         cfg = replace(cfg, model=replace(cfg.model, tie_heads=args.tie_heads))
+    if args.aligned is not None:
+        if args.resume and args.aligned != cfg.model.aligned_window:
+            raise DuetError("--aligned cannot change on --resume (the model's inputs would change)")
+        cfg = replace(cfg, model=replace(cfg.model, aligned_window=args.aligned))
     if args.alignments is not None:
         cfg = replace(cfg, data=replace(cfg.data, alignments=args.alignments))
     if args.duration_only:

@@ -17,6 +17,8 @@ so the engine's continuous batching is "batched by refinement step". Each step
 Per request: T = round(sum of the duration predictor's expected token durations / ``speed``)
 (``duet.luna.duration.total_frames``, as ``duet.tts.luna.LunaSpeaker``; speed > 1 speaks faster), cut to the
 request's ``max_frames`` if it sets one (the grid is then decoded at that length; the engine reports "stop").
+An aligned model (``LunaConfig.aligned_window``) lays the text over the grid by the predictor's per-token
+durations scaled to T (``duet.luna.duration.fit_durations``), as ``LunaSpeaker`` does.
 Sampling: ``steps`` (default ``LunaServeConfig.decode.steps``, 32 as in §2.5), ``temperature`` and ``top_k`` come
 from the request's ``SamplingParams``; the CFG scale and the selection noise are the adapter's. ``top_p`` < 1 is
 refused (the MaskGIT sampler has no nucleus filter); ``stop_threshold`` does not apply (no stop decision).
@@ -57,7 +59,7 @@ from duet.codecs.base import Codec
 from duet.errors import DuetError
 from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, cells_to_generate, maskgit_step
-from duet.luna.duration import DurationPredictor, total_frames
+from duet.luna.duration import DurationPredictor, fit_durations, total_frames
 from duet.luna.model import LunaInputs, LunaModel, pad_right
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
@@ -128,12 +130,14 @@ class LunaServeConfig:
 class _Plan:
     ids: list[int]  # wrapped text ids (S,)
     frames: int  # T predicted for the request's text and speed (before its max_frames)
+    durations: torch.Tensor  # (S,) the predictor's expected frames per token
 
 
 @dataclass(eq=False)
 class LunaState:
     request: SynthesisRequest
     ids: list[int]  # (S,)
+    durations: torch.Tensor | None  # (S,) frames per token laid over the grid (aligned models), else None
     tokens: torch.Tensor  # (1, T, Q) the grid being refined; mask id at cells not decided yet
     still: torch.Tensor  # (1, T, Q) bool: cells still masked
     num_cells: torch.Tensor  # (1,) N = T Q cells to generate
@@ -230,7 +234,7 @@ class LunaAdapter:
             frames = int(total_frames(durations, lengths, request.speed)[0])
         except DuetError as err:  # the predictor gives this text 0 frames at this speed
             raise InvalidRequest(f"{err} (at speed {request.speed:g})", param="input") from err
-        return _Plan(ids, frames)
+        return _Plan(ids, frames, durations[0])
 
     # --- the engine thread ------------------------------------------------------------------------------------------
 
@@ -243,7 +247,8 @@ class LunaAdapter:
             tokens = torch.full((1, frames, Q), mask_id, dtype=torch.long, device=self._device)  # (1, T, Q)
             still = cells_to_generate(tokens, mask_id)  # (1, T, Q), all True
             generator = torch.Generator(device=self._device).manual_seed(seed)
-            states.append(LunaState(request, plan.ids, tokens, still, still.flatten(1).sum(dim=1),
+            layout = fit_durations(plan.durations, frames) if self.model.config.is_aligned else None
+            states.append(LunaState(request, plan.ids, layout, tokens, still, still.flatten(1).sum(dim=1),
                                     self._decode_config(request), generator))
         return states
 
@@ -273,8 +278,11 @@ class LunaAdapter:
         B, mask_id = len(states), self.model.config.mask_id
         text, text_lengths = pad_right([torch.tensor(s.ids, dtype=torch.long) for s in states], 0)  # (B, S)
         grids, frame_lengths = pad_right([s.tokens[0] for s in states], mask_id)  # (B, T_max, Q)
+        durations = None
+        if self.model.config.is_aligned:
+            durations = pad_right([s.durations for s in states], 0)[0].to(self._device)  # (B, S)
         inputs = LunaInputs(text.to(self._device), text_lengths.to(self._device), grids,
-                            frame_lengths.to(self._device))
+                            frame_lengths.to(self._device), durations=durations)
         conditional = torch.ones(B, dtype=torch.bool, device=self._device)  # (B,)
         if any(s.decode.cfg_scale != 1.0 for s in states):  # unconditional rows for all; unguided rows ignore theirs
             conditional = torch.cat([conditional, torch.zeros_like(conditional)])  # (2B,)

@@ -41,7 +41,7 @@ import torch
 from duet.errors import DuetError
 from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, maskgit_decode
-from duet.luna.duration import total_frames
+from duet.luna.duration import fit_durations, total_frames
 from duet.luna.infill import check_prompt_audio, check_prompt_grid
 from duet.luna.model import LunaInputs
 from duet.luna.shipped import LoadedLuna, load_luna
@@ -91,6 +91,19 @@ class LunaFamilySpeaker:
         text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
         lengths = torch.tensor([len(ids)], device=device)  # (1,)
         return self.duration.token_durations(text, lengths), lengths
+
+    def layout(self, ids: list[int], frames: int, prompt_tokens: int = 0, prompt_frames: int = 0,
+               ) -> torch.Tensor | None:
+        """Frames per wrapped token (1, S) for an aligned model (None for others): the predictor's durations,
+        the first ``prompt_tokens`` (SOT and a clone prompt's transcript) scaled to fill the prompt's frames, the
+        rest to fill the ``frames`` to generate."""
+        if not self.model.config.is_aligned:
+            return None
+        d = self.token_durations(ids)[0][0]  # (S,)
+        n = min(prompt_tokens, d.shape[0] - 1)
+        parts = [fit_durations(d[n:], frames)] if n == 0 else [fit_durations(d[:n], prompt_frames),
+                                                                fit_durations(d[n:], frames)]
+        return torch.cat(parts)[None]  # (1, S)
 
     def predicted_frames(self, ids: list[int]) -> float:
         """The duration predictor's length for wrapped text ids, in frames (before any speed or rounding)."""
@@ -196,11 +209,15 @@ class LunaSpeaker(LunaFamilySpeaker):
         cfg, device = self.model.config, self.model.device
         if prompt is None:
             frames, ended = self.frames_for(ids, speed)
-            grids = dict(prompt=None, prompt_lengths=None)
+            grids = dict(prompt=None, prompt_lengths=None, durations=self.layout(ids, frames))
         else:  # [transcript + piece | prompt | T]: the piece's length at the prompt's pace
-            frames, ended = self.frames_for(ids, speed / prompt.pace, reserved=prompt.grid.shape[0])
+            P = prompt.grid.shape[0]
+            frames, ended = self.frames_for(ids, speed / prompt.pace, reserved=P)
+            # SOT and the transcript's tokens (counted alone) span the prompt; the piece's tokens the new frames
+            transcript = len(encode_text(prompt.text, self.tokenizer, language=self.config.language)) - 1
             ids = encode_text(f"{prompt.text} {piece}", self.tokenizer, language=self.config.language)
-            grids = dict(prompt=prompt.grid[None], prompt_lengths=torch.tensor([prompt.grid.shape[0]], device=device))
+            grids = dict(prompt=prompt.grid[None], prompt_lengths=torch.tensor([P], device=device),
+                         durations=self.layout(ids, frames, transcript, P))
         empty = torch.full((1, frames, cfg.num_codebooks), cfg.mask_id, dtype=torch.long, device=device)  # (1, T, Q)
         text = torch.tensor([ids], device=device)  # (1, S)
         inputs = LunaInputs(text, torch.tensor([len(ids)], device=device), empty, torch.tensor([frames], device=device),

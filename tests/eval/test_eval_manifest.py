@@ -16,12 +16,12 @@ def _write_manifest(path, rows):
     return path
 
 
-def _row(i, text, source, language="en", split="test"):
+def _row(i, text, source, language="en", split="test", speaker="s"):
     return {
         "id": f"u{i}",
         "text": text,
         "language": language,
-        "speaker": "s",
+        "speaker": speaker,
         "path": f"wavs/u{i}.wav",
         "duration": 1.0,
         "source": source,
@@ -68,6 +68,26 @@ def test_per_source_mean_of_rates(tmp_path):
     table = format_table(result)
     assert table.splitlines()[1].split() == ["a", "2", "25.00", "16.67"]
     assert table.splitlines()[3].split() == ["all", "3", "16.67", "12.50"]
+    assert len(table.splitlines()) == 4  # one voice per source: no voice rows
+
+
+def test_per_voice_rows_when_a_source_has_several_voices(tmp_path):
+    m = _write_manifest(
+        tmp_path / "m.jsonl",
+        [
+            _row(0, "one two", "festival", speaker="slt"),
+            _row(1, "one two three four", "festival", speaker="kal"),
+            _row(2, "hello world", "festival", speaker="kal"),
+        ],
+    )
+    entries = read_manifest(m)
+    result = score_transcripts(entries, [tmp_path / e.path for e in entries], ["one", "one two three", "hello world"])
+    # slt: 1/2; kal: 1/4 and 0 -> mean 1/8, pooled 1/6
+    assert result.per_speaker["slt"].mean == pytest.approx(0.5)
+    assert result.per_speaker["kal"].mean == pytest.approx(0.125)
+    assert result.per_speaker["kal"].pooled == pytest.approx(1 / 6)
+    lines = format_table(result).splitlines()
+    assert lines[-2].split() == ["voice", "kal", "2", "12.50", "16.67"] and lines[-1].split()[:2] == ["voice", "slt"]
 
 
 def test_duet_eval_wer_end_to_end(tmp_path, festival, capsys):

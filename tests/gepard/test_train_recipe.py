@@ -304,6 +304,8 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
 
     speaker = GepardSpeaker.from_pretrained(tmp_path / "export", codec="duet-fsq")  # the model's own defaults
     assert (speaker.config.sampling.temperature, speaker.config.sampling.top_k) == (0.0, 0)
+    with pytest.raises(DuetError, match="speed must be a positive"):  # an aligned model takes a speed, if positive
+        speaker.speak("the quick", speed=0.0)
     # a bad default is refused with one line (exit 2), nothing written
     assert main(["gepard-export", str(run), "--out", str(tmp_path / "bad"), "--temperature", "-1"]) == 2
     assert not (tmp_path / "bad").exists()

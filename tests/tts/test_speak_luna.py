@@ -232,6 +232,11 @@ def test_cli_refuses_steps_for_gepard(gepard_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "--steps applies to Luna models only" in err and "gepard" in err and len(err.splitlines()) == 1
     assert not out.exists()
+    # --speed scales an aligned Gepard's predicted durations; this one has no duration predictor
+    assert main(["speak", "Hi.", "-o", str(out), "--model", str(gepard_dir), "--speed", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no duration predictor" in err and len(err.splitlines()) == 1
+    assert not out.exists()
 
 
 def test_cli_clones_a_prompt_clip(luna_dir, luna_speaker, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""WER of the audio listed in a duet manifest: transcribe, score per utterance, aggregate per source.
+"""WER of the audio listed in a duet manifest: transcribe, score per utterance, aggregate per source and voice.
 
 The manifest is the corpus manifest of :mod:`duet.data.manifest` (JSON Lines; ``path`` relative to the
 manifest's directory), read with that module so there is one parser for the format.
@@ -35,6 +35,7 @@ class ManifestWER:
     per_source: dict[str, AggregateRate]
     overall: AggregateRate
     skipped: dict[str, int] = field(default_factory=dict)  # language -> entries not scored
+    per_speaker: dict[str, AggregateRate] = field(default_factory=dict)  # each voice (manifest ``speaker``)
 
 
 def select_entries(
@@ -67,19 +68,22 @@ def score_transcripts(
     transcripts: list[str],
     skipped: dict[str, int] | None = None,
 ) -> ManifestWER:
-    """Per-utterance WER, mean-of-rates per source and overall (Seed-TTS-eval aggregation)."""
+    """Per-utterance WER, mean-of-rates per source, per voice and overall (Seed-TTS-eval aggregation)."""
     utts = [
         UtteranceWER(e, path, hyp, word_error(e.text, hyp))
         for e, path, hyp in zip(entries, audio, transcripts, strict=True)
     ]
     by_source: dict[str, list[ErrorRate]] = defaultdict(list)
+    by_speaker: dict[str, list[ErrorRate]] = defaultdict(list)
     for u in utts:
         by_source[u.entry.source].append(u.error)
+        by_speaker[u.entry.speaker].append(u.error)
     return ManifestWER(
         utterances=utts,
         per_source={src: aggregate(rates) for src, rates in sorted(by_source.items())},
         overall=aggregate(u.error for u in utts),
         skipped=dict(skipped or {}),
+        per_speaker={spk: aggregate(rates) for spk, rates in sorted(by_speaker.items())},
     )
 
 
@@ -97,8 +101,11 @@ def evaluate_manifest(
 
 
 def format_table(result: ManifestWER) -> str:
-    """Plain-text table: one row per source and an ``all`` row; rates in percent."""
+    """Plain-text table: one row per source and an ``all`` row, then one row per voice when a source has
+    several; rates in percent."""
     rows = [(src, agg) for src, agg in result.per_source.items()] + [("all", result.overall)]
+    if len(result.per_speaker) > len(result.per_source):
+        rows += [(f"voice {spk}", agg) for spk, agg in result.per_speaker.items()]
     width = max(len("source"), *(len(src) for src, _ in rows))
     lines = [f"{'source':<{width}}  {'n':>5}  {'WER %':>7}  {'pooled %':>8}"]
     lines += [f"{src:<{width}}  {a.count:>5}  {100 * a.mean:>7.2f}  {100 * a.pooled:>8.2f}" for src, a in rows]
@@ -113,6 +120,7 @@ def to_json(result: ManifestWER) -> dict:
         "aggregation": "mean of per-utterance WER (Seed-TTS-eval); pooled = corpus-level, for reference",
         "overall": asdict(result.overall),
         "per_source": {src: asdict(a) for src, a in result.per_source.items()},
+        "per_speaker": {spk: asdict(a) for spk, a in result.per_speaker.items()},
         "skipped_languages": result.skipped,
         "utterances": [
             {

@@ -4,9 +4,10 @@
 ``--stream`` writes the file as audio is decoded (a reader can follow it) and reports the time to first audio;
 without it the file is written once at the end (Luna decodes a sentence at a time, so its stream comes in
 sentences; Luna Realtime streams one 1.28 s block at a time). ``--steps`` (MaskGIT refinement steps: 32 by default,
-16 and 8 faster; per block for Realtime, 8 by default) and ``--speed`` (> 1 faster) apply to Luna models only, and
-``--speed`` not to Realtime, which ends by its learned end of speech; elsewhere (Gepard decodes one frame at a time
-and has no length to scale) they are refused with an error rather than silently ignored. Text ``-`` is read from
+16 and 8 faster; per block for Realtime, 8 by default) applies to Luna models only; ``--speed`` (> 1 faster) to
+Luna and to a Gepard with aligned text input (both scale the durations their predictor gives), not to Realtime,
+which ends by its learned end of speech, nor to a Gepard without a duration predictor (it decodes until it stops
+and has no length to scale); where a flag does not apply it is refused with an error rather than silently ignored. Text ``-`` is read from
 standard input. ``--cfg-scale`` sets classifier-free guidance for every family (1 = off; Luna's default 2, Gepard's
 1; a Gepard trained without text dropout has no unconditional path and refuses another scale). Bad input (empty
 text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be written) ends with one line on
@@ -29,7 +30,8 @@ from pathlib import Path
 from duet.errors import DuetError
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
-LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna",),  # flag -> the model types that take it
+LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna", "gepard"),  # flag -> the model types that
+                # take it (a Gepard without aligned input refuses --speed once loaded)
                 "prompt": ("luna",)}
 
 
@@ -46,7 +48,8 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--steps", type=int, default=None,
                    help="Luna only: refinement steps (default 32; 16, 8 faster; Realtime: per block, default 8)")
-    p.add_argument("--speed", type=float, default=None, help="Luna only: speaking rate (1 as predicted, 2 faster)")
+    p.add_argument("--speed", type=float, default=None,
+                   help="speaking rate (1 as predicted, 2 faster): Luna, and Gepard with aligned text input")
     p.add_argument("--cfg-scale", type=float, default=None,
                    help="classifier-free guidance scale (1 = off; Luna's default 2; Gepard: 1, and only a model "
                         "trained with --text-dropout takes another)")
@@ -94,6 +97,9 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
     if refused:
         flags = " and ".join(f"--{k}" for k in refused)
         verb = "applies" if len(refused) == 1 else "apply"
+        if refused == ["speed"]:
+            raise DuetError(f"--speed applies to Luna and to an aligned Gepard only; {model} is a {kind} model (it "
+                            "ends by its learned end-of-speech decision: there is no length to scale)")
         if kind == "luna-realtime":
             raise DuetError(f"{flags} {verb} to Luna models only, not Luna Realtime; {model} is a {kind} model (it "
                             "ends by its learned end-of-speech decision: there is no length to scale)")
@@ -112,17 +118,17 @@ def run_speak(args: argparse.Namespace) -> int:
         raise DuetError("the text is empty")
     out = Path(args.output)
     fmt = check_output(out)
-    luna_only = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
+    model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
     speaker = load(args.model)
     if args.voice is not None and args.voice not in speaker.voices:
         raise DuetError(f"unknown voice {args.voice!r} for {args.model}: {', '.join(speaker.voices)}")
-    if "prompt" in luna_only:
+    if "prompt" in model_options:
         from duet.audio import load_audio
 
-        clip, _ = load_audio(luna_only["prompt"], sample_rate=speaker.sample_rate)
-        luna_only["prompt"] = speaker.voice_prompt(clip, args.prompt_text)
+        clip, _ = load_audio(model_options["prompt"], sample_rate=speaker.sample_rate)
+        model_options["prompt"] = speaker.voice_prompt(clip, args.prompt_text)
     options = dict(voice=args.voice, seed=args.seed, temperature=args.temperature, top_k=args.top_k,
-                   cfg_scale=args.cfg_scale, **luna_only)
+                   cfg_scale=args.cfg_scale, **model_options)
     started = time.perf_counter()
     if args.stream:
         first, samples, ended = None, 0, []

@@ -31,7 +31,7 @@ from duet.luna.model import LunaInputs
 from duet.luna.shipped import load_luna
 from duet.serve.adapter import ModelAdapter, SynthesisRequest
 from duet.serve.api import create_app
-from duet.serve.cli import MODELS
+from duet.serve.cli import FAMILIES
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
 from duet.serve.luna_adapter import LunaAdapter, load_luna_adapter
@@ -99,7 +99,7 @@ def recording(adapter, monkeypatch) -> dict[str, torch.Tensor]:
 
 
 def test_is_a_model_adapter_and_the_cli_knows_it(adapter):
-    assert isinstance(adapter, ModelAdapter) and "luna" in MODELS
+    assert isinstance(adapter, ModelAdapter) and "luna" in FAMILIES
     assert adapter.voices == ("default",) and adapter.supports_cloning is False
     cfg = adapter.model.config
     # no KV cache: the grid state and one step's logits (conditional + CFG row) per position
@@ -230,3 +230,24 @@ def test_duet_serve_builds_the_luna_adapter(model_dir):
     assert isinstance(built, LunaAdapter) and built.name == "luna-test"
     with pytest.raises(DuetError, match="--model luna needs --checkpoint"):
         build_adapter(Namespace(engine="builtin", model="luna", checkpoint=None, codec=None))
+
+
+def test_duet_serve_takes_a_model_name_or_directory_as_duet_speak_does(model_dir, tmp_path):
+    from duet.errors import DuetError
+    from duet.serve.cli import DEFAULT_MODEL, served_model
+
+    assert served_model(str(model_dir), None) == ("luna", str(model_dir))  # the family comes from config.json
+    assert served_model("luna", str(model_dir)) == ("luna", str(model_dir))  # the two-flag form
+    assert served_model("mock", None) == ("mock", None)
+    assert DEFAULT_MODEL == "gepard-tiny"  # a bare duet serve serves what a bare duet speak speaks with
+    for model, checkpoint, message in [
+        ("gepard", str(model_dir), "is a luna model, not gepard"),
+        ("mock", str(model_dir), "takes no --checkpoint"),
+        (str(model_dir), str(model_dir), "already names the model"),
+        ("no-such-model", None, "unknown model"),
+    ]:
+        with pytest.raises(DuetError, match=message):
+            served_model(model, checkpoint)
+    (tmp_path / "config.json").write_text('{"type": "codec"}')
+    with pytest.raises(DuetError, match="holds a 'codec' model"):
+        served_model(str(tmp_path), None)

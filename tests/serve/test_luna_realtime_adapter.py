@@ -33,7 +33,7 @@ from duet.luna.data import encode_text
 from duet.luna.stream import StreamConfig, collect, stream_speech
 from duet.serve.adapter import ModelAdapter, SynthesisRequest
 from duet.serve.api import create_app
-from duet.serve.cli import MODELS
+from duet.serve.cli import FAMILIES
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
 from duet.serve.luna_realtime_adapter import LunaRealtimeAdapter, load_luna_realtime_adapter
@@ -98,7 +98,7 @@ def codes_of(log, text: str) -> torch.Tensor:
 
 
 def test_is_a_model_adapter_and_the_cli_knows_it(adapter):
-    assert isinstance(adapter, ModelAdapter) and "luna-realtime" in MODELS
+    assert isinstance(adapter, ModelAdapter) and "luna-realtime" in FAMILIES
     assert adapter.voices == ("default",) and adapter.supports_cloning is False
     b = adapter.model.config.luna.backbone
     rows = 2  # CFG: each session caches a conditional and an unconditional row

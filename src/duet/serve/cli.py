@@ -1,7 +1,10 @@
 """``duet serve``: build an adapter, an engine and the HTTP app from flags, then run uvicorn.
 
-Flags are parsed into ``SchedulerConfig`` / ``EngineConfig`` / ``ServeConfig`` here, once; library code never sees
-argparse. FastAPI and uvicorn are imported only when the command runs.
+``--model`` names what to serve as ``duet speak`` does: a shipped model name or a checkpoint directory, whose
+``config.json`` says its family (default: the same shipped model as ``duet speak``); ``mock`` serves the weightless
+test model. The older form ``--model FAMILY --checkpoint NAME_OR_DIR`` still works and checks that the checkpoint
+is of that family. Flags are parsed into ``SchedulerConfig`` / ``EngineConfig`` / ``ServeConfig`` here, once;
+library code never sees argparse. FastAPI and uvicorn are imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import logging
 
 from duet.errors import DuetError, MissingDependency
 
-MODELS = ("mock", "gepard", "luna", "luna-realtime")
+FAMILIES = ("gepard", "luna", "luna-realtime")
+MOCK = "mock"
+DEFAULT_MODEL = "gepard-tiny"  # what a bare ``duet speak`` speaks with
 ENGINES = ("builtin", "vllm")
 
 
@@ -20,10 +25,12 @@ def register(subparsers) -> None:
         "serve", help="serve text-to-speech over an OpenAI-compatible HTTP API",
         description="Continuous-batching engine + OpenAI-compatible /v1/audio/speech (wav, pcm, flac; SSE or "
         "chunked audio), /v1/models, /health, /metrics. '--model mock' needs no weights (tests, demos).")
-    p.add_argument("--model", choices=MODELS, default="mock", help="model family to serve (default: mock)")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"a shipped model name (gepard-tiny, luna-tiny, luna-realtime-tiny) or a checkpoint directory "
+                   f"(with --engine vllm also a vLLM export), or 'mock' (no weights; tests); default {DEFAULT_MODEL}, "
+                   "as duet speak. A family name (gepard, luna, luna-realtime) takes the model from --checkpoint")
     p.add_argument("--checkpoint", default=None,
-                   help="model checkpoint: a shipped name (gepard-tiny, luna-tiny, luna-realtime-tiny) or a directory "
-                   "(gepard, luna, luna-realtime; with --engine vllm a duet Gepard checkpoint or an exported one)")
+                   help="with --model FAMILY: a shipped name or a checkpoint directory of that family")
     p.add_argument("--codec", default=None,
                    help="codec name or directory for gepard and luna(-realtime) (default: the checkpoint's codec, "
                    "else duet-fsq for gepard, duet-rvq for luna)")
@@ -56,32 +63,62 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_serve)
 
 
+def served_model(model: str, checkpoint: str | None, engine: str = "builtin") -> tuple[str, str | None]:
+    """``--model`` / ``--checkpoint`` -> (family or "mock", the directory to load; None for the mock).
+
+    Errors are one-line DuetErrors: a family without a checkpoint, a checkpoint of another family, two names for
+    one model, an unknown name. With the vLLM engine a directory exported for vLLM (no duet type) is let through.
+    """
+    from duet.tts import model_type
+
+    if model == MOCK:
+        if checkpoint:
+            raise DuetError("--model mock serves the weightless test model: it takes no --checkpoint")
+        return MOCK, None
+    if model in FAMILIES:
+        if not checkpoint:
+            raise DuetError(f"--model {model} needs --checkpoint NAME or DIR (or give --model the name or directory "
+                            "itself)")
+        target = checkpoint
+    else:
+        if checkpoint:
+            raise DuetError(f"--model {model} already names the model; --checkpoint goes with a family name only")
+        target = model
+    path, kind = model_type(target)
+    if kind is None and engine == "vllm":  # a vLLM export: its config.json is Hugging Face style
+        kind = "gepard"
+    if kind not in FAMILIES:
+        raise DuetError(f"{target} holds a {kind!r} model; duet serves: {', '.join(FAMILIES)}")
+    if model in FAMILIES and kind != model:
+        raise DuetError(f"{checkpoint} is a {kind} model, not {model}")
+    return kind, str(path)
+
+
 def build_adapter(args: argparse.Namespace):
+    family, target = served_model(args.model, args.checkpoint, args.engine)
     if args.engine == "vllm":
-        if args.model != "gepard" or not args.checkpoint:
-            raise DuetError("--engine vllm serves --model gepard --checkpoint DIR")
+        if family != "gepard":
+            raise DuetError(f"--engine vllm serves Gepard models; {target or family} is {family}")
         from duet.serve.vllm.engine import VLLMConfig, load_vllm_adapter
 
         config = VLLMConfig(max_num_seqs=args.max_batch, dtype=args.vllm_dtype, kv_cache_gib=args.vllm_kv_cache_gib,
                             gpu_memory_utilization=args.vllm_gpu_memory_utilization)
-        return load_vllm_adapter(args.checkpoint, codec=args.codec, config=config)
-    if args.model == "mock":
+        return load_vllm_adapter(target, codec=args.codec, config=config)
+    if family == MOCK:
         from duet.serve.mock import MockAdapter
 
         return MockAdapter()
-    if not args.checkpoint:
-        raise DuetError(f"--model {args.model} needs --checkpoint NAME or DIR")
-    if args.model == "luna":
+    if family == "luna":
         from duet.serve.luna_adapter import load_luna_adapter
 
-        return load_luna_adapter(args.checkpoint, codec=args.codec)
-    if args.model == "luna-realtime":
+        return load_luna_adapter(target, codec=args.codec)
+    if family == "luna-realtime":
         from duet.serve.luna_realtime_adapter import load_luna_realtime_adapter
 
-        return load_luna_realtime_adapter(args.checkpoint, codec=args.codec)
+        return load_luna_realtime_adapter(target, codec=args.codec)
     from duet.serve.gepard_adapter import load_gepard_adapter
 
-    return load_gepard_adapter(args.checkpoint, codec=args.codec)
+    return load_gepard_adapter(target, codec=args.codec)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -10,9 +10,10 @@ from gepard_testing import micro_config, wrapped
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
-from duet.gepard.generate import BOUND, STOP, SamplingConfig, frame_bound, generate, guide, sample_channels, stream
+from duet.gepard.generate import BOUND, STOP, SamplingConfig, frame_bound, generate, guide, stream
 from duet.gepard.heads import FrameLogits, pad_channels
 from duet.gepard.model import GepardBatch, GepardModel, GepardPrompt, collate
+from duet.gepard.sampling import sample_frames
 
 LEVELS = FSQConfig().channel_levels
 
@@ -122,14 +123,15 @@ def test_top_k_one_and_temperature_zero_are_argmax():
 def test_top_k_keeps_only_the_k_best_levels():
     g = torch.Generator().manual_seed(1)
     logits = pad_channels(torch.randn(500, sum(LEVELS), generator=g), LEVELS)  # (B, C, Lmax)
-    codes = sample_channels(logits, temperature=1.0, top_k=2, generator=torch.Generator().manual_seed(0))
+    codes = sample_frames(logits, [1.0] * 500, [2] * 500, [1.0] * 500, [torch.Generator().manual_seed(i) for i in range(500)])
     top2 = logits.topk(2, dim=-1).indices  # (B, C, 2)
     assert ((codes[..., None] == top2).any(-1)).all()
 
 
 def test_sampling_frequencies_follow_softmax():
     logits = pad_channels(torch.linspace(-1, 1, sum(LEVELS))[None].expand(20000, -1), LEVELS)
-    codes = sample_channels(logits, temperature=0.7, top_k=0, generator=torch.Generator().manual_seed(0))
+    n = logits.shape[0]
+    codes = sample_frames(logits, [0.7] * n, [0] * n, [1.0] * n, [torch.Generator().manual_seed(i) for i in range(n)])
     want = torch.softmax(logits[0] / 0.7, dim=-1)  # (C, Lmax)
     for k, level in enumerate(LEVELS[:4]):
         freq = torch.bincount(codes[:, k], minlength=8).float() / codes.shape[0]

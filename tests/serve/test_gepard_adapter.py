@@ -95,6 +95,28 @@ def test_served_greedy_frames_equal_the_offline_sampler(model):
         assert torch.equal(batched[[0, 3, 7][i]], expected[i]), f"request {i} changed when batched"
 
 
+def test_sampled_frames_of_one_seed_are_the_same_offline_and_served(model):
+    """duet speak and duet serve share one sampler: at temperature 0.8 / top-k 5 a seed gives the same frames."""
+    device = model.embed_tokens.weight.device
+    texts, seeds = ["hello", "a much longer sentence here"], [11, 12]
+    expected = []
+    for text, seed in zip(texts, seeds):
+        prompt = GepardPrompt(torch.tensor([encode(SynthesisRequest(text=text))], device=device))
+        config = SamplingConfig(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES,
+                                margin_frames=FRAMES, seed=seed)
+        expected.append(GroupFSQ(FSQConfig()).fold(generate(model, prompt, config=config).codes.cpu())[0])
+    adapter = adapter_for(model)
+    params = SamplingParams(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES)
+    states = adapter.prefill([SynthesisRequest(text=t, params=params) for t in texts], seeds)  # one batch
+    frames = [[], []]
+    for _ in range(FRAMES):
+        for k, out in enumerate(adapter.step(states)):
+            frames[k].append(out.codes)
+    for k in range(2):
+        assert torch.equal(torch.cat(frames[k], dim=-1), expected[k]), f"request {k} differs from duet speak's"
+    assert not torch.equal(expected[0][:, :4], offline(model, texts[0])[:, :4])  # sampled, not greedy
+
+
 def test_aligned_model_serves_the_frames_of_the_offline_sampler():
     """With aligned text input each row carries its own text layout and position; batching must not mix them."""
     model = micro_model(aligned=True)

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from duet.errors import DuetError
-from duet.serve.sampling import SamplingParams, channel_logit_mask, filter_logits, sample_frames
+from duet.gepard.sampling import channel_logit_mask, filter_logits
+from duet.serve.sampling import SamplingParams, sample_requests
 
 LEVELS = (8, 7, 6, 6) * 8
 
@@ -40,7 +41,7 @@ def test_per_row_parameters_on_uniform_logits():
     logits = channel_logit_mask(LEVELS).expand(4, -1, -1)  # (B, C, V) uniform
     params = [SamplingParams(temperature=0), SamplingParams(top_k=2), SamplingParams(top_p=0.25), SamplingParams()]
     gens = [torch.Generator().manual_seed(i) for i in range(4)]
-    frames = torch.stack([sample_frames(logits, params, gens) for _ in range(100)])  # (N, B, C)
+    frames = torch.stack([sample_requests(logits, params, gens) for _ in range(100)])  # (N, B, C)
     assert frames[:, 0].eq(0).all()  # greedy: the first of equal logits
     assert set(frames[:, 1].unique().tolist()) == {0, 1}  # top-k 2 keeps the two lowest codes
     assert set(frames[:, 2].unique().tolist()) == {0, 1}  # 25% of uniform mass: two codes in every channel
@@ -50,9 +51,9 @@ def test_per_row_parameters_on_uniform_logits():
 
 def test_a_row_draws_the_same_whatever_the_batch():
     mask = channel_logit_mask(LEVELS)
-    alone = sample_frames(mask[None], [SamplingParams()], [torch.Generator().manual_seed(7)])
+    alone = sample_requests(mask[None], [SamplingParams()], [torch.Generator().manual_seed(7)])
     others = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
-    batched = sample_frames(mask.expand(4, -1, -1), [SamplingParams(top_k=3)] * 2 + [SamplingParams()] * 2,
+    batched = sample_requests(mask.expand(4, -1, -1), [SamplingParams(top_k=3)] * 2 + [SamplingParams()] * 2,
                             [others[0], others[1], torch.Generator().manual_seed(7), others[2]])
     assert torch.equal(batched[2], alone[0])
 
@@ -60,7 +61,7 @@ def test_a_row_draws_the_same_whatever_the_batch():
 def test_sampling_follows_the_distribution():
     logits = torch.log(torch.tensor([[[0.7, 0.2, 0.1]]]))  # (1, 1, 3)
     g = torch.Generator().manual_seed(0)
-    draws = torch.stack([sample_frames(logits, [SamplingParams()], [g]) for _ in range(2000)]).flatten()
+    draws = torch.stack([sample_requests(logits, [SamplingParams()], [g]) for _ in range(2000)]).flatten()
     freq = torch.bincount(draws, minlength=3).float() / len(draws)
     assert torch.allclose(freq, torch.tensor([0.7, 0.2, 0.1]), atol=0.04)
 

@@ -18,9 +18,10 @@ One decode step t (t frames emitted so far):
    ceil(frames_per_token * text tokens + margin_frames))``. Defaults from the report's data (§4.1.1): 8.97 s mean
    clips (193 frames at 21.5 Hz) for 32.7 mean text tokens is 5.9 frames per Qwen token; 12 per token is twice
    that, + 2 s margin, capped at the longest training clip (40 s = 860 frames). Set them per model and codec.
-4. sample the 32 channels independently (factorised, §3.2): temperature, then top-k per channel;
-   temperature 0 is greedy (argmax). Draws come from one ``torch.Generator`` seeded with ``seed``: same seed,
-   same frames.
+4. sample the 32 channels independently (factorised, §3.2) with Gepard's one sampler (``duet.gepard.sampling``,
+   which the serving engine and the vLLM path call too): temperature, then top-k per channel; temperature 0 is
+   greedy (argmax). Row b draws from its own ``torch.Generator`` seeded with ``seed + b``, as the engine seeds a
+   request with its seed: same seed, same frames, in ``duet speak`` and ``duet serve`` alike.
 5. feed the frame back (``step``), one position in the KV cache.
 
 Rows of a batch stop independently; a row that has ended yields -1 codes from then on, and its length is in the
@@ -41,6 +42,7 @@ from duet.codecs.fsq import GroupFSQ
 from duet.errors import DuetError
 from duet.gepard.heads import FrameLogits, pad_channels
 from duet.gepard.probes import FrameProbes, channel_entropy
+from duet.gepard.sampling import sample_frames
 
 STOP = "stop"
 BOUND = "bound"
@@ -95,20 +97,6 @@ def frame_bound(num_text_tokens: int, config: SamplingConfig) -> int:
 def guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
     """Classifier-free guidance on logits: ``uncond + scale * (cond - uncond)`` (scale 1 gives ``cond``)."""
     return uncond + scale * (cond - uncond)
-
-
-def sample_channels(logits: torch.Tensor, *, temperature: float, top_k: int,
-                    generator: torch.Generator | None) -> torch.Tensor:
-    """logits (B, C, Lmax) (-inf for absent levels) -> codes (B, C), each channel sampled independently."""
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
-    if 0 < top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]  # (B, C, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)  # (B, C, Lmax)
-    flat = probs.reshape(-1, probs.shape[-1])  # (B*C, Lmax)
-    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])  # (B, C)
 
 
 @dataclass(frozen=True)
@@ -172,9 +160,8 @@ class Generation:
                                else (None, None))
         levels = cond.levels
         b, device = cond.codes.shape[0], cond.codes.device
-        generator = None
-        if cfg.seed is not None:
-            generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        generators = [None if cfg.seed is None else torch.Generator(device=device).manual_seed(cfg.seed + row)
+                      for row in range(b)]
 
         alive = torch.ones(b, dtype=torch.bool, device=device)
         lengths = torch.zeros(b, dtype=torch.long, device=device)
@@ -201,7 +188,7 @@ class Generation:
             if not bool(alive.any()):
                 break
 
-            frame = sample_channels(logits, temperature=cfg.temperature, top_k=cfg.top_k, generator=generator)
+            frame = sample_frames(logits, [cfg.temperature] * b, [cfg.top_k] * b, [1.0] * b, generators)
             frame = frame.masked_fill(~alive[:, None], -1)  # (B, C); ended rows carry -1
             frames.append(frame)
             t += 1

@@ -54,7 +54,7 @@ from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
 from duet.nn.backbone import run_backbone
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
-from duet.serve.sampling import SamplingParams, sample_frames
+from duet.serve.sampling import SamplingParams, sample_requests
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ class GepardAdapter:
     @torch.no_grad()
     def step(self, states: Sequence[GepardState]) -> list[StepOutput]:
         logits = pad_channels(torch.stack([s.next_codes for s in states]).float(), self._levels)  # (B, C, Lmax)
-        frames = sample_frames(logits, [s.request.params for s in states], [s.generator for s in states])  # (B, C)
+        frames = sample_requests(logits, [s.request.params for s in states], [s.generator for s in states])  # (B, C)
         p_stop = torch.sigmoid(torch.stack([s.next_stop for s in states]).float()).tolist()  # B floats, one sync
         go_on = [i for i, s in enumerate(states) if p_stop[i] <= s.request.params.stop_threshold]
         if go_on:

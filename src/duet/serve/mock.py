@@ -24,9 +24,10 @@ import numpy as np
 import torch
 
 from duet.codecs.base import DecodeResult, EncodeResult
+from duet.gepard.sampling import channel_logit_mask
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
-from duet.serve.sampling import SamplingParams, channel_logit_mask, sample_frames
+from duet.serve.sampling import SamplingParams, sample_requests
 
 GEPARD_CHANNEL_LEVELS = (8, 7, 6, 6) * 8
 
@@ -186,7 +187,7 @@ class MockAdapter:
         if self.config.step_delay_s:
             time.sleep(self.config.step_delay_s)
         logits = self._mask.expand(len(states), -1, -1)  # (B, C, V) uniform inside each alphabet
-        codes = sample_frames(logits, [s.request.params for s in states], [s.generator for s in states])  # (B, C)
+        codes = sample_requests(logits, [s.request.params for s in states], [s.generator for s in states])  # (B, C)
         outs = []
         for state, frame in zip(states, codes):
             if state.released:

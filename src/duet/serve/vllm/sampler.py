@@ -7,7 +7,7 @@ sampler, where it knows each row's request and sampling parameters (``update_sta
 
 1. stop: p = sigmoid(stop logit); above the request's ``stop_threshold`` the row emits ``STOP_ID`` (the frame that
    would come next is training's phantom frame, Gepard §2.5 / §3.3);
-2. otherwise sample the 32 channels with ``duet.serve.sampling.sample_frames`` (temperature, top-k, top-p; Gumbel
+2. otherwise sample the 32 channels with ``duet.serve.sampling.sample_requests`` (temperature, top-k, top-p; Gumbel
    noise from the request's own seeded generator, exactly as the built-in engine draws it, so a seed gives the same
    frames on both engines), write the frame into the frame bank and emit its slot id (``frames.py``);
 3. return one-hot logits, so vLLM's own sampler (run greedy) picks that id.
@@ -28,7 +28,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.interface import MoveDirectionality
 
 from duet.gepard.heads import pad_channels
-from duet.serve.sampling import SamplingParams, sample_frames
+from duet.serve.sampling import SamplingParams, sample_requests
 from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, bank_for
 
 
@@ -87,7 +87,7 @@ class GepardFrameSampler(LogitsProcessor):
         p_stop = torch.sigmoid(raw[:, self.num_logits])  # (B,)
         threshold = torch.tensor([p.stop_threshold for p in params], device=logits.device)
         stop = p_stop > threshold  # (B,)
-        frames = sample_frames(pad_channels(raw[:, : self.num_logits], self.levels), params, generators)  # (B, C)
+        frames = sample_requests(pad_channels(raw[:, : self.num_logits], self.levels), params, generators)  # (B, C)
         keys = torch.tensor([r.key if r is not None else 0 for r in rows])
         index = torch.tensor([len(r.output_ids) if r is not None else 0 for r in rows])
         ids = self.bank.store(frames, keys, index).to(logits.device)  # (B,)

@@ -260,3 +260,33 @@ def test_fields_a_request_leaves_out_take_the_models_defaults():
         assert (adapter.prefilled[-1].params.temperature, adapter.prefilled[-1].params.top_k) == (0.5, 7)
         assert speech(client, response_format="pcm", temperature=1.0).status_code == 200
         assert (adapter.prefilled[-1].params.temperature, adapter.prefilled[-1].params.top_k) == (1.0, 7)
+
+
+def test_hostile_inputs_are_clear_4xx_not_5xx(api):
+    """Each of these was a 500 or a silent 200: a huge top_k, a lone surrogate, deeply nested JSON, a body that is
+    not JSON by its content type, a 100 KB model name echoed back whole."""
+    client, _, _ = api
+    post = lambda raw, ctype="application/json": client.post(  # noqa: E731
+        "/v1/audio/speech", content=raw, headers={"content-type": ctype})
+    for top_k in (2**63, 10**30, 65_537):
+        r = post(json.dumps({"model": "duet-mock", "input": "hi", "top_k": top_k}).encode())
+        assert r.status_code == 400 and r.json()["error"]["param"] == "top_k"
+    r = post(b'{"model": "duet-mock", "input": "h\\ud800i"}')  # JSON allows a lone surrogate; text tools do not
+    assert r.status_code == 400 and "surrogate" in r.json()["error"]["message"]
+    r = post(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert r.status_code == 400 and "nested" in r.json()["error"]["message"]
+    for ctype in ("text/plain", "application/xml"):
+        assert post(json.dumps({"model": "duet-mock", "input": "hi"}).encode(), ctype).status_code == 415
+    r = post(json.dumps({"model": "m" * 100_000, "input": "hi"}).encode())
+    assert r.status_code == 404 and len(r.json()["error"]["message"]) < 300
+    r = post(json.dumps({"model": "duet-mock", "input": "hi", "steps": 1024}).encode())
+    assert r.status_code == 400 and r.json()["error"]["param"] == "steps"
+    assert speech(client, input="ok").status_code == 200  # and the server keeps serving
+
+
+def test_openai_voice_names_mean_the_default_voice(api):
+    client, _, adapter = api
+    assert "nova" not in adapter.voices
+    r = speech(client, voice="nova")
+    assert r.status_code == 200
+    assert speech(client, voice="not-an-openai-voice").status_code == 400  # other unknown names stay an error

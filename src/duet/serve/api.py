@@ -41,6 +41,7 @@ from duet.serve.engine import Engine, RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
 from duet.serve.metrics import Metrics
 from duet.serve.schemas import (
+    OPENAI_VOICES,
     RESPONSE_FORMATS,
     STREAMABLE_FORMATS,
     SpeechRequest,
@@ -254,6 +255,11 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
 # --- request parsing ------------------------------------------------------------------------------------------------
 
 
+def _short(text: str, limit: int = 64) -> str:
+    """At most ``limit`` characters of a user's string, for an error message."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     too_large = ApiError(413, f"request body is larger than {limit} bytes", code="request_too_large")
     declared = request.headers.get("content-length")
@@ -292,10 +298,15 @@ async def _parse_speech(request: Request, config: ServeConfig) -> tuple[SpeechRe
             else:
                 fields[key] = value
     else:
+        if ctype and not ctype.startswith("application/json"):
+            raise ApiError(415, f"unsupported content type {_short(ctype)!r}: send application/json, "
+                           "multipart/form-data or application/x-www-form-urlencoded", code="unsupported_media_type")
         try:
             fields = json.loads(body)
         except ValueError as err:
-            raise ApiError(400, f"request body is not valid JSON: {err}") from err
+            raise ApiError(400, f"request body is not valid JSON: {_short(str(err))}") from err
+        except RecursionError as err:
+            raise ApiError(400, "request body is not valid JSON: nested too deeply") from err
         if not isinstance(fields, dict):
             raise ApiError(400, "request body must be a JSON object")
     try:
@@ -311,7 +322,7 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
                         model_names: tuple[str, ...]) -> SynthesisRequest:
     adapter = engine.adapter
     if req.model not in model_names:
-        raise ApiError(404, f"model {req.model!r} not found; this server has {', '.join(model_names)}",
+        raise ApiError(404, f"model {_short(req.model)!r} not found; this server has {', '.join(model_names)}",
                        param="model", code="model_not_found")
     if req.response_format not in RESPONSE_FORMATS:
         raise ApiError(400, f"response_format {req.response_format!r} is not supported; use one of "
@@ -321,6 +332,13 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
                        param="stream_format")
     if not req.input.strip():
         raise ApiError(400, "input is empty", param="input")
+    for name in ("input", "instructions"):
+        text = getattr(req, name)
+        try:
+            (text or "").encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate: JSON allows it, no text tool downstream does
+            raise ApiError(400, f"{name} is not valid Unicode (a lone surrogate at character {err.start})",
+                           param=name, code="invalid_value") from err
     if len(req.input) > config.max_input_chars:
         raise ApiError(400, f"input has {len(req.input)} characters; the limit is {config.max_input_chars}",
                        param="input", code="string_above_max_length")
@@ -343,6 +361,8 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
     except InvalidRequest as err:
         raise ApiError(400, str(err), param=err.param, code=err.code) from err
     voice = req.voice_name
+    if voice in OPENAI_VOICES and voice not in adapter.voices:
+        voice = None  # an OpenAI client's voice name: this model's default voice (schemas module doc)
     if reference is None and voice is None:
         if not adapter.voices:
             raise ApiError(400, "voice is required", param="voice")

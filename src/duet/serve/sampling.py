@@ -15,6 +15,7 @@ import torch
 
 from duet.errors import DuetError
 from duet.gepard.sampling import sample_frames
+from duet.serve.schemas import MAX_TOP_K
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 10.0:
             raise DuetError(f"temperature must be in [0, 10], got {self.temperature}")
-        if self.top_k < 0:
-            raise DuetError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 <= self.top_k <= MAX_TOP_K:
+            raise DuetError(f"top_k must be in [0, {MAX_TOP_K}] (0 = off), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise DuetError(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0.0 < self.stop_threshold < 1.0:

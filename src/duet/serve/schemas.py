@@ -9,6 +9,10 @@ duet extensions (all optional): ``seed``, ``temperature``, ``top_k``, ``top_p``,
 ``max_frames`` (length bound), ``steps`` (refinement steps of a non-autoregressive model such as Luna;
 autoregressive models ignore it) and ``reference_audio`` (base64 clip for voice cloning; multipart uploads send it
 as a file field of the same name).
+
+Bounds live here, in one place: ``top_k`` at most ``MAX_TOP_K`` (wider than any channel or codebook alphabet, so it
+means "no truncation"), ``steps`` at most ``MAX_STEPS``, ``seed`` below 2**63; OpenAI's voice names
+(``OPENAI_VOICES``) that a model does not have are read as its default voice, so OpenAI clients work unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 RESPONSE_FORMATS = ("wav", "pcm", "flac")
 STREAMABLE_FORMATS = ("wav", "pcm")
+MAX_TOP_K = 65_536
+MAX_STEPS = 128  # Luna's refinement steps (32 by default); more buys nothing a listener hears and costs minutes
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
 
 
 class VoiceId(BaseModel):
@@ -41,11 +48,11 @@ class SpeechRequest(BaseModel):
     # duet extensions
     seed: int | None = Field(None, ge=0, lt=2**63)
     temperature: float | None = Field(None, ge=0.0, le=10.0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     stop_threshold: float | None = Field(None, gt=0.0, lt=1.0)
     max_frames: int | None = Field(None, ge=1)
-    steps: int | None = Field(None, ge=1, le=1024)
+    steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     reference_audio: str | None = None
 
     @property

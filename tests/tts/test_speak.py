@@ -125,11 +125,25 @@ def test_cli_writes_the_file_and_streams(model_dir, tmp_path, capsys):
     (["speak", "Hi.", "-o", "{tmp}/missing/x.wav"], "does not exist"),
     (["speak", "Hi.", "-o", "{tmp}/x.mp9"], "use a .wav"),
     (["speak", "Hi.", "-o", "{tmp}"], "use a .wav"),
+    (["speak", "Hi.", "-o", "{tmp}/x.wav", "--temperature", "nan"], "--temperature must be a number in [0, 10]"),
+    (["speak", "Hi.", "-o", "{tmp}/x.wav", "--temperature", "inf"], "--temperature must be a number in [0, 10]"),
+    (["speak", "Hi.", "-o", "{tmp}/x.wav", "--top-k", "9223372036854775808"], "--top-k must be in [0, 65536]"),
+    (["speak", "Hi.", "-o", "{tmp}/x.wav", "--seed", "-1"], "--seed must be in [0, 2**63)"),
+    (["speak", "h\ud800i", "-o", "{tmp}/x.wav"], "not valid Unicode"),
+    (["speak", "Hi. " * 6000, "-o", "{tmp}/x.wav"], "the limit is 20000"),
+    (["speak", "Hi.", "-o", "/proc/duet-test.wav"], "cannot write /proc/duet-test.wav"),
+    (["speak", "Hi."], "give the text to speak and -o OUTPUT"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
-    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert main([a.format(tmp=tmp_path) if "{tmp}" in a else a for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_cli_lists_the_voices(model_dir, capsys):
+    assert main(["speak", "--list-voices", "--model", str(model_dir)]) == 0
+    assert capsys.readouterr().out.split() == ["default"]
 
 
 def test_cli_unknown_voice(model_dir, tmp_path, capsys):

@@ -30,6 +30,8 @@ from pathlib import Path
 from duet.errors import DuetError
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
+MAX_CHARS = 20_000  # about 20 minutes of speech; a longer text is refused rather than run for an hour
+MAX_TOP_K = 65_536  # as the speech API's bound (duet.serve.schemas)
 LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna", "gepard"),  # flag -> the model types that
                 # take it (a Gepard without aligned input refuses --speed once loaded)
                 "prompt": ("luna",)}
@@ -38,10 +40,12 @@ LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna", "gepard"),
 def register(subparsers) -> None:
     p = subparsers.add_parser("speak", help="text to a sound file with a shipped model (offline)",
                               description="Speak text with a shipped model; long text is split at sentences.")
-    p.add_argument("text", help="what to say ('-' reads standard input)")
-    p.add_argument("-o", "--output", required=True, help="output file: .wav, .flac or .ogg")
+    p.add_argument("text", nargs="?", help="what to say ('-' reads standard input)")
+    p.add_argument("-o", "--output", help="output file: .wav, .flac or .ogg")
+    p.add_argument("--list-voices", action="store_true", help="print the model's voices and exit")
     p.add_argument("--model", default="gepard-tiny", help="shipped model name or checkpoint directory")
     p.add_argument("--voice", default=None, help="a voice of the model (see --list-voices)")
+    p.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longest text accepted, in characters")
     p.add_argument("--stream", action="store_true", help="write audio as it is decoded; print time to first audio")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same audio)")
     p.add_argument("--temperature", type=float, default=None)
@@ -59,8 +63,19 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_speak)
 
 
+def check_sampling(temperature: float | None, top_k: int | None, seed: int | None) -> None:
+    """The sampling flags' bounds, as the speech API's: checked before any model is loaded."""
+    if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= 10.0):
+        raise DuetError(f"--temperature must be a number in [0, 10] (0 = greedy), got {temperature}")
+    if top_k is not None and not 0 <= top_k <= MAX_TOP_K:
+        raise DuetError(f"--top-k must be in [0, {MAX_TOP_K}] (0 = off), got {top_k}")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise DuetError(f"--seed must be in [0, 2**63), got {seed}")
+
+
 def check_output(path: Path) -> str:
-    """The soundfile format for ``path``; a DuetError if the file cannot be written there."""
+    """The soundfile format for ``path``; a DuetError if the file cannot be written there (tried by opening it,
+    so a path the permissions allow but the file system refuses, such as /proc, fails here, not after synthesis)."""
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise DuetError(f"cannot write {path}: use a .wav, .flac or .ogg file name")
@@ -71,6 +86,14 @@ def check_output(path: Path) -> str:
         raise DuetError(f"cannot write {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise DuetError(f"cannot write {path}: permission denied")
+    existed = path.exists()
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        raise DuetError(f"cannot write {path}: {err.strerror or err}") from err
+    if not existed:
+        path.unlink(missing_ok=True)
     return fmt
 
 
@@ -113,9 +136,23 @@ def run_speak(args: argparse.Namespace) -> int:
 
     from duet.tts import load
 
+    if args.list_voices:
+        from duet.tts import load
+
+        print("\n".join(load(args.model).voices))
+        return 0
+    if args.text is None or args.output is None:
+        raise DuetError("give the text to speak and -o OUTPUT (or --list-voices)")
+    check_sampling(args.temperature, args.top_k, args.seed)
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
         raise DuetError("the text is empty")
+    if len(text) > args.max_chars:
+        raise DuetError(f"the text has {len(text)} characters; the limit is {args.max_chars} (--max-chars)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise DuetError(f"the text is not valid Unicode (a lone surrogate at character {err.start})") from err
     out = Path(args.output)
     fmt = check_output(out)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
@@ -144,7 +181,10 @@ def run_speak(args: argparse.Namespace) -> int:
         ttfa = f", first audio after {first * 1000:.0f} ms" if first is not None else ""
     else:
         speech = speaker.speak(text, **options)
-        sf.write(out, speech.audio, speech.sample_rate, format=fmt)
+        try:
+            sf.write(out, speech.audio, speech.sample_rate, format=fmt)
+        except (OSError, RuntimeError) as err:  # soundfile's errors are RuntimeErrors
+            raise DuetError(f"cannot write {out}: {err}") from err
         seconds, ended, ttfa = speech.seconds, list(speech.ended), ""
     wall = time.perf_counter() - started
     bound = sum(e == "bound" for e in ended)

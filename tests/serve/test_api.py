@@ -290,3 +290,27 @@ def test_openai_voice_names_mean_the_default_voice(api):
     r = speech(client, voice="nova")
     assert r.status_code == 200
     assert speech(client, voice="not-an-openai-voice").status_code == 400  # other unknown names stay an error
+
+
+def test_slow_text_preparation_never_blocks_health():
+    """A request whose preparation takes seconds (Luna's duration model on a 4,000-digit number, espeak-ng) is
+    admitted in a worker thread: /health answers meanwhile."""
+    import threading
+    import time
+
+    class SlowAdapter(MockAdapter):
+        def validate(self, request):
+            time.sleep(1.5)
+            super().validate(request)
+
+    engine = Engine(SlowAdapter(MOCK), EngineConfig())
+    with TestClient(create_app(engine, ServeConfig())) as client:
+        result = {}
+        worker = threading.Thread(target=lambda: result.setdefault("r", speech(client)))
+        worker.start()
+        time.sleep(0.3)  # the speech request is inside validate now
+        started = time.perf_counter()
+        assert client.get("/health").status_code == 200
+        assert time.perf_counter() - started < 0.5
+        worker.join()
+        assert result["r"].status_code == 200

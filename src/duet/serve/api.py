@@ -196,7 +196,9 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
         req, upload = await _parse_speech(request, config)
         synth = await _to_synthesis(req, upload, config, engine, model_names)
         try:
-            handle = engine.submit(synth)
+            # text preparation (and Luna's duration model) in a worker thread: /health never waits for it
+            admission = await run_in_threadpool(engine.admit, synth)
+            handle = engine.submit(synth, admission)
         except QueueFull as err:
             retry = str(max(1, math.ceil(err.retry_after_s)))
             raise ApiError(429, str(err), "rate_limit_error", code="server_busy", headers={"Retry-After": retry})

@@ -125,6 +125,16 @@ class _Outbox:
             return self._items.popleft()
 
 
+@dataclass(frozen=True)
+class Admission:
+    """A request checked for admission (``Engine.admit``): its frame bound, prompt positions and cache bytes."""
+
+    request: SynthesisRequest
+    max_frames: int
+    prompt_positions: int
+    cache_bytes: int
+
+
 class RequestHandle:
     """A submitted request: iterate it for audio chunks, ``cancel`` it, read ``finish`` once it has ended."""
 
@@ -242,8 +252,10 @@ class Engine:
 
     # --- requests ----------------------------------------------------------------------------------------------
 
-    def submit(self, request: SynthesisRequest) -> RequestHandle:
-        """Queue a request. Raises InvalidRequest (cannot ever run), QueueFull (busy) or EngineClosed."""
+    def admit(self, request: SynthesisRequest) -> Admission:
+        """What a request will cost, checked before it is queued: text preparation (number expansion, phonemes, a
+        duration model) runs here, so a server calls it from a worker thread, off its event loop. Raises
+        InvalidRequest for a request that can never run."""
         self.adapter.validate(request)
         cap = self.adapter.max_frames
         max_frames = request.params.max_frames or self.adapter.frame_bound(request)
@@ -257,6 +269,14 @@ class Engine:
                 f"this request needs {nbytes} bytes of KV cache ({prompt} prompt positions + {max_frames} frames) "
                 f"but the server's whole cache budget is {total}; shorten the input or lower max_frames",
                 param="input", code="context_length_exceeded")
+        return Admission(request, max_frames, prompt, nbytes)
+
+    def submit(self, request: SynthesisRequest, admission: Admission | None = None) -> RequestHandle:
+        """Queue a request (``admission``: its :meth:`admit`, if already made). Raises InvalidRequest (cannot ever
+        run), QueueFull (busy) or EngineClosed."""
+        if admission is None or admission.request is not request:
+            admission = self.admit(request)
+        max_frames, prompt, nbytes = admission.max_frames, admission.prompt_positions, admission.cache_bytes
         seed = request.params.seed if request.params.seed is not None else random.SystemRandom().randrange(2**62)
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()

@@ -10,10 +10,11 @@ from serve_testing import make_engine, wait_until
 
 from duet.errors import DuetError
 from duet.serve.adapter import StepOutput, SynthesisRequest
-from duet.serve.engine import Engine
+from duet.serve.engine import Engine, EngineConfig
 from duet.serve.errors import InvalidRequest, QueueFull
 from duet.serve.mock import MockAdapter, MockConfig
 from duet.serve.sampling import SamplingParams
+from duet.serve.scheduler import SchedulerConfig
 
 SPF = MockConfig().samples_per_frame
 
@@ -210,7 +211,7 @@ def test_cache_budget_is_respected(never_stop):
 
 
 class FailingAdapter(MockAdapter):
-    """Raises in step for requests whose text is "boom", to check the engine survives a model error."""
+    """Raises in step when a request whose text is "boom" is in the batch: a model error in one request."""
 
     def step(self, states):
         if any(s.request.text == "boom" for s in states):
@@ -218,16 +219,45 @@ class FailingAdapter(MockAdapter):
         return super().step(states)
 
 
-def test_a_model_error_fails_its_batch_and_the_engine_keeps_serving():
-    adapter = FailingAdapter()  # default script: one frame per character
-    with Engine(adapter) as engine:
-        from duet.serve.errors import GenerationFailed
+def test_a_model_error_ends_only_its_request_and_the_others_are_bit_identical():
+    """A failure inside a batched step ends the request that causes it; the requests batched with it go on with
+    exactly the audio of a run without it, and the engine keeps serving."""
+    from duet.serve.errors import GenerationFailed
 
-        with pytest.raises(GenerationFailed, match="kaboom"):
-            engine.submit(SynthesisRequest(text="boom")).collect()
-        audio, info = engine.submit(req("four")).collect()
-        assert (info.reason, info.frames) == ("stop", 4)
-        assert engine.stats().finished["error"] == 1
+    def run(texts):
+        with Engine(FailingAdapter(), EngineConfig(scheduler=SchedulerConfig(max_running=8))) as engine:
+            handles = [engine.submit(SynthesisRequest(text=t, params=SamplingParams(seed=len(t), temperature=0.7)))
+                       for t in texts]
+            results = []
+            for h in handles:
+                try:
+                    results.append(h.collect(timeout=30))
+                except GenerationFailed as err:
+                    results.append(err)
+            return results, engine.stats()
+
+    clean, _ = run(["four", "sixsix", "nine"])
+    hurt, stats = run(["four", "sixsix", "boom", "nine"])
+    assert isinstance(hurt[2], GenerationFailed) and "kaboom" in str(hurt[2])
+    for (audio, info), (want, want_info) in zip([hurt[0], hurt[1], hurt[3]], clean):
+        assert info.reason == want_info.reason == "stop" and np.array_equal(audio, want)
+    assert stats.finished["error"] == 1 and stats.finished["stop"] == 3
+
+
+def test_an_adapter_can_fail_one_request_of_a_step_without_raising():
+    class OneFails(MockAdapter):
+        def step(self, states):
+            outs = super().step(states)
+            return [StepOutput(codes=o.codes, error="bad block") if s.request.text == "boom" else o
+                    for o, s in zip(outs, states)]
+
+    from duet.serve.errors import GenerationFailed
+
+    with Engine(OneFails()) as engine:
+        bad, good = engine.submit(SynthesisRequest(text="boom")), engine.submit(req("four"))
+        with pytest.raises(GenerationFailed, match="bad block"):
+            bad.collect(timeout=30)
+        assert good.collect(timeout=30)[1].frames == 4
 
 
 def test_non_ar_adapter_final_flag_ends_a_request():

@@ -12,14 +12,20 @@ running request by one *engine step* (``step``), returning the frames that becam
   (Realtime) or the whole grid is committed, then return its frames, with ``final=True`` on the last one. Luna holds
   no KV cache; its ``cache_bytes_per_position`` charges the per-position working set of a step instead.
 
+Failures stay with their request. ``prefill`` and ``step`` either succeed for every request given or raise with
+every state as it was (random streams included: :func:`restoring_generators`), so the engine can run the requests
+again one by one and end only the one that fails; an adapter that steps its requests one after another returns
+``StepOutput(error=...)`` for a request that failed instead of raising.
+
 Shape legend: K code streams of the codec (what ``Codec.decode`` reads), t frames emitted by one step.
 The codes an adapter returns are already in the codec's space (Gepard packs its 32 channel digits into 8 groups).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -47,6 +53,20 @@ class StepOutput:
     codes: torch.Tensor  # (K, t) int64, t >= 0 frames that became final
     stop_prob: float | None = None  # AR families: probability that this step is the end (compared to the threshold)
     final: bool = False  # the adapter says this request is complete after these codes (non-AR families)
+    error: str | None = None  # this request failed in this step (the others of the step did not)
+
+
+@contextmanager
+def restoring_generators(generators: Sequence[torch.Generator]) -> Iterator[None]:
+    """Put the generators' states back if the block raises: a failed step leaves its requests' random streams as
+    they were, so running them again draws the same numbers."""
+    saved = [g.get_state() for g in generators]
+    try:
+        yield
+    except BaseException:
+        for g, state in zip(generators, saved):
+            g.set_state(state)
+        raise
 
 
 @runtime_checkable

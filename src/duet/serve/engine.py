@@ -342,24 +342,15 @@ class Engine:
     def _prefill(self, slots: list[_Slot]) -> None:
         if not slots:
             return
-        try:
-            states = self.adapter.prefill([s.handle.request for s in slots], [s.handle.seed for s in slots])
-        except Exception as err:
-            log.exception("prefill failed")
-            for slot in slots:
-                self._close(slot, "error", f"prefill failed: {err}")
-            return
+        states, slots = self._isolated(slots, lambda group: self.adapter.prefill(
+            [s.handle.request for s in group], [s.handle.seed for s in group]), "prefill")
         for slot, state in zip(slots, states):
             slot.state = state
             slot.decoder = self.adapter.codec.stream_decoder()
 
     def _step(self, slots: list[_Slot]) -> None:
-        try:
-            outs = self.adapter.step([s.state for s in slots])
-        except Exception as err:
-            log.exception("decode step failed")
-            for slot in slots:
-                self._close(slot, "error", f"decode step failed: {err}")
+        outs, slots = self._isolated(slots, lambda group: self.adapter.step([s.state for s in group]), "decode step")
+        if not slots:
             return
         self._steps += 1
         verdicts = [(slot, self._advance(slot, out)) for slot, out in zip(slots, outs)]
@@ -370,10 +361,36 @@ class Engine:
             if verdict in ("stop", "bound"):
                 self._close(slot, verdict)  # its audio went out above, flushed
 
+    def _isolated(self, slots: list[_Slot], call, what: str) -> tuple[list, list[_Slot]]:
+        """``call(slots)`` for the batch; if it raises, once per slot alone, so that one request's failure ends
+        that request only (adapters leave their states untouched when they raise, and a request's output does
+        not depend on its batch, so the others go on exactly as they would have). -> (outputs, their slots)."""
+        try:
+            return call(slots), slots
+        except Exception as err:
+            if len(slots) == 1:
+                log.exception("%s failed", what)
+                self._close(slots[0], "error", f"{what} failed: {err}")
+                return [], []
+            log.warning("batched %s failed (%s): running its %d requests one by one", what, err, len(slots))
+        outs, kept = [], []
+        for slot in slots:
+            try:
+                outs.append(call([slot])[0])
+                kept.append(slot)
+            except Exception as err:
+                log.exception("%s failed for request %s", what, slot.handle.id)
+                self._close(slot, "error", f"{what} failed: {err}")
+        return outs, kept
+
     def _advance(self, slot: _Slot, out: StepOutput) -> str | None:
         """Take one step's output. -> "chunk" (a chunk of frames is ready to decode), "stop" or "bound" (the request
         ends: decode and flush what it has, then close it), or None (nothing to do yet)."""
         params = slot.handle.request.params
+        if out.error is not None:
+            log.error("request %s failed: %s", slot.handle.id, out.error)
+            self._close(slot, "error", out.error)
+            return None
         if out.stop_prob is not None and out.stop_prob > params.stop_threshold:
             return "stop"  # this step's frame is the terminal phantom: not emitted
         codes = out.codes[..., : slot.max_frames - slot.frames]  # (K, t) never past the bound

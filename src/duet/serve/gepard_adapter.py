@@ -52,7 +52,7 @@ from duet.gepard.generate import SPEAK_SAMPLING, SamplingConfig, frame_bound
 from duet.gepard.heads import pad_channels
 from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
 from duet.nn.backbone import run_backbone
-from duet.serve.adapter import StepOutput, SynthesisRequest
+from duet.serve.adapter import StepOutput, SynthesisRequest, restoring_generators
 from duet.serve.errors import InvalidRequest
 from duet.serve.sampling import SamplingParams, sample_requests
 
@@ -201,11 +201,12 @@ class GepardAdapter:
     @torch.no_grad()
     def step(self, states: Sequence[GepardState]) -> list[StepOutput]:
         logits = pad_channels(torch.stack([s.next_codes for s in states]).float(), self._levels)  # (B, C, Lmax)
-        frames = sample_requests(logits, [s.request.params for s in states], [s.generator for s in states])  # (B, C)
-        p_stop = torch.sigmoid(torch.stack([s.next_stop for s in states]).float()).tolist()  # B floats, one sync
-        go_on = [i for i, s in enumerate(states) if p_stop[i] <= s.request.params.stop_threshold]
-        if go_on:
-            self._decode([states[i] for i in go_on], frames[go_on])
+        with restoring_generators([s.generator for s in states]):  # all or nothing (duet.serve.adapter)
+            frames = sample_requests(logits, [s.request.params for s in states], [s.generator for s in states])
+            p_stop = torch.sigmoid(torch.stack([s.next_stop for s in states]).float()).tolist()  # B floats
+            go_on = [i for i, s in enumerate(states) if p_stop[i] <= s.request.params.stop_threshold]
+            if go_on:
+                self._decode([states[i] for i in go_on], frames[go_on])  # frames (B, C); writes come last
         packed = self.fsq.fold(frames.cpu()[:, :, None])  # (B, G, 1); codes leave the adapter on the CPU
         return [StepOutput(codes=packed[i], stop_prob=p_stop[i]) for i in range(len(states))]
 

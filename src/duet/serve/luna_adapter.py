@@ -61,7 +61,7 @@ from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, cells_to_generate, maskgit_step
 from duet.luna.duration import DurationPredictor, fit_durations, total_frames
 from duet.luna.model import LunaInputs, LunaModel, pad_right
-from duet.serve.adapter import StepOutput, SynthesisRequest
+from duet.serve.adapter import StepOutput, SynthesisRequest, restoring_generators
 from duet.serve.errors import InvalidRequest
 from duet.serve.sampling import SamplingParams
 from duet.tts.luna import LunaSpeakConfig
@@ -255,14 +255,19 @@ class LunaAdapter:
     @torch.no_grad()
     def step(self, states: Sequence[LunaState]) -> list[StepOutput]:
         B = len(states)
-        logits = self._forward(states)  # (B', T_max, Q, K), B' = B or 2B
+        with restoring_generators([s.generator for s in states]):  # all or nothing (duet.serve.adapter)
+            logits = self._forward(states)  # (B', T_max, Q, K), B' = B or 2B
+            updates = []
+            for b, s in enumerate(states):
+                # This request's rows as maskgit_decode would see them alone: conditional, then unconditional
+                # if it guides.
+                rows = 1 if s.decode.cfg_scale == 1.0 else 2
+                mine = logits[b::B][:rows, : s.frames].contiguous()  # (rows, T, Q, K)
+                updates.append(maskgit_step(mine, s.tokens, s.still, s.num_cells, s.step + 1, s.decode,
+                                            s.generator))
         outs = []
-        for b, s in enumerate(states):
-            # This request's rows as maskgit_decode would see them alone: conditional, then unconditional if it guides.
-            rows = 1 if s.decode.cfg_scale == 1.0 else 2
-            mine = logits[b::B][:rows, : s.frames].contiguous()  # (rows, T, Q, K)
-            s.tokens, commit = maskgit_step(mine, s.tokens, s.still, s.num_cells, s.step + 1, s.decode, s.generator)
-            s.still = s.still & ~commit
+        for s, (tokens, commit) in zip(states, updates):  # every step succeeded: now the states change
+            s.tokens, s.still = tokens, s.still & ~commit
             s.step += 1
             if s.step == s.decode.steps:
                 outs.append(StepOutput(codes=s.tokens[0].T.cpu(), final=True))  # (T, Q) -> codec layout (Q, T)

@@ -191,7 +191,13 @@ class LunaRealtimeAdapter:
 
     @torch.no_grad()
     def step(self, states: Sequence[RealtimeState]) -> list[StepOutput]:
-        return [self._refine(s) for s in states]  # one request after another (module docstring, "Batching")
+        outs = []
+        for s in states:  # one request after another (module docstring, "Batching"): a failure stays with its request
+            try:
+                outs.append(self._refine(s))
+            except Exception as err:
+                outs.append(StepOutput(codes=self._empty, error=f"decode step failed: {err}"))
+        return outs
 
     def release(self, state: RealtimeState) -> None:
         state.session = None  # its KV cache goes with it

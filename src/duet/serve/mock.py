@@ -187,11 +187,11 @@ class MockAdapter:
         if self.config.step_delay_s:
             time.sleep(self.config.step_delay_s)
         logits = self._mask.expand(len(states), -1, -1)  # (B, C, V) uniform inside each alphabet
+        if any(s.released for s in states):
+            raise RuntimeError("step() on a released state")
         codes = sample_requests(logits, [s.request.params for s in states], [s.generator for s in states])  # (B, C)
         outs = []
         for state, frame in zip(states, codes):
-            if state.released:
-                raise RuntimeError("step() on a released state")
             done = state.target_frames is not None and state.emitted >= state.target_frames
             state.positions += 1
             state.emitted += 1

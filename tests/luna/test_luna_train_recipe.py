@@ -315,3 +315,10 @@ def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
     assert float(cloned[0, :2].sum()) == pytest.approx(12.0) and float(cloned[0, 2:].sum()) == pytest.approx(30.0)
     speech = speaker.speak("the quick", seed=0, steps=2)
     assert speech.audio.size > 0 and speech.sample_rate == speaker.sample_rate
+    # cloning and editing lay the text out too: the infilled grid keeps every visible cell
+    prompt = speaker.voice_prompt(speech.audio, "the quick")
+    assert speaker.speak("quick", seed=0, steps=2, prompt=prompt).audio.size > 0
+    edited = speaker.edit(speech.audio, "the quick", (0.2, 0.5), seed=0, steps=2)
+    a, b = edited.span
+    original = speaker.encode_grid(speech.audio)
+    assert torch.equal(edited.grid[:a], original[:a]) and torch.equal(edited.grid[b:], original[b:])

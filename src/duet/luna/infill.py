@@ -110,8 +110,10 @@ def infill(
     cfg: DecodeConfig = DecodeConfig(),
     prompt: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    durations: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Fill the mask cells of one grid tokens (T, Q) under text_ids (S,) and an optional clean prompt (P, Q)."""
+    """Fill the mask cells of one grid tokens (T, Q) under text_ids (S,) and an optional clean prompt (P, Q);
+    ``durations`` (S,): an aligned model's layout of the text over [prompt | grid]."""
     if tokens.dim() != 2 or tokens.shape[0] == 0:
         raise DuetError(f"the grid to fill must be (frames >= 1, Q), got shape {tuple(tokens.shape)}")
     dev = tokens.device
@@ -122,6 +124,7 @@ def infill(
         target_lengths=torch.tensor([tokens.shape[0]], device=dev),
         prompt=None if prompt is None else prompt[None],
         prompt_lengths=None if prompt is None else torch.tensor([prompt.shape[0]], device=dev),
+        durations=None if durations is None else durations.reshape(1, -1).to(dev),
     )
     was_training = model.training
     model.eval()
@@ -156,8 +159,10 @@ def edit(
     span_frames: int | None = None,
     cfg: DecodeConfig = DecodeConfig(),
     generator: torch.Generator | None = None,
+    durations: torch.Tensor | None = None,
 ) -> EditResult:
-    """Regenerate frames [a, b) of grid (T, Q) under text_ids (S,) (the whole utterance's text, original or new)."""
+    """Regenerate frames [a, b) of grid (T, Q) under text_ids (S,) (the whole utterance's text, original or new);
+    ``durations`` (S,): an aligned model's layout of the text over the edited grid."""
     Q, K = model.config.num_codebooks, model.config.codebook_size
     if grid.dim() != 2 or grid.shape[1] != Q:
         raise DuetError(f"grid must be (frames, {Q}), got shape {tuple(grid.shape)}")
@@ -165,4 +170,4 @@ def edit(
         raise DuetError(f"an utterance's grid must be clean codes 0..{K - 1}")
     a, b = check_span(span, grid.shape[0])
     tokens, new_span = mask_span(grid, (a, b), b - a if span_frames is None else span_frames, model.config.mask_id)
-    return EditResult(infill(model, text_ids, tokens, cfg, generator=generator), new_span)
+    return EditResult(infill(model, text_ids, tokens, cfg, generator=generator, durations=durations), new_span)

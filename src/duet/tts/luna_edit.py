@@ -99,6 +99,9 @@ def edit_speech(speaker: LunaSpeaker, audio: np.ndarray | torch.Tensor, text: st
 
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     text_ids = torch.tensor(ids, device=speaker.model.device)  # (S,)
-    result = edit(speaker.model, text_ids, grid, (a, b), n, decode, generator=generator)
+    # an aligned model lays the transcript over the edited grid by its predicted durations, stretched to fit
+    layout = speaker.layout(ids, grid.shape[0] - (b - a) + n)
+    result = edit(speaker.model, text_ids, grid, (a, b), n, decode, generator=generator,
+                  durations=None if layout is None else layout[0])
     speech = Speech(speaker.decode_grid(result.grid), speaker.sample_rate, ((new_text or text).strip(),), ("length",))
     return EditedSpeech(speech, result.grid, result.span, frame_rate)

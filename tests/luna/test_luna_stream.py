@@ -3,6 +3,8 @@ immutability of committed blocks, audio through a codec's stream decoder, and a 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -123,22 +125,26 @@ def test_session_rows_must_match_guidance():
 
 @pytest.fixture
 def realtime(make_config):
-    def make(attn: str = "sdpa", seed: int = 0, block_size: int = 4, **kw) -> LunaRealtime:
+    def make(attn: str = "sdpa", seed: int = 0, block_size: int = 4, aligned: int | None = None,
+             **kw) -> LunaRealtime:
         torch.manual_seed(seed)
-        return LunaRealtime(RealtimeConfig(luna=make_config(attn=attn, **kw), block_size=block_size)).eval()
+        luna = replace(make_config(attn=attn, **kw), aligned_window=aligned)
+        return LunaRealtime(RealtimeConfig(luna=luna, block_size=block_size)).eval()
 
     return make
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn, aligned", [("sdpa", None), ("eager", None), ("sdpa", 1)])
 @pytest.mark.parametrize("with_prompt", [True, False])
-def test_kv_cached_block_logits_equal_the_full_two_stream_forward(realtime, attn, with_prompt):
-    model = realtime(attn=attn)
+def test_kv_cached_block_logits_equal_the_full_two_stream_forward(realtime, attn, aligned, with_prompt):
+    model = realtime(attn=attn, aligned=aligned)
     cfg, bk = model.config.luna, model.block_size
     g = torch.Generator().manual_seed(1)
     text = torch.randint(0, cfg.backbone.vocab_size, (5,), generator=g)
     prompt = torch.randint(0, K, (3, 2), generator=g) if with_prompt else None
-    session = KVBlockSession(model, text, prompt, guidance=True)
+    # an aligned model's layout: the text spread over prompt and three blocks (frames past it belong to EOT)
+    durations = None if aligned is None else torch.tensor([1.5, 2.0, 3.25, 4.0, 1.0]) * (15 / 11.75)
+    session = KVBlockSession(model, text, prompt, guidance=True, durations=durations)
     committed: list[torch.Tensor] = []
     for n in range(3):
         for _ in range(2):  # two refinement states of the active block; only it is recomputed
@@ -157,6 +163,7 @@ def test_kv_cached_block_logits_equal_the_full_two_stream_forward(realtime, attn
                     target_lengths=torch.tensor([n * bk + 1] * 2),
                     prompt=None if prompt is None else prompt[None].expand(2, -1, -1),
                     prompt_lengths=None if prompt is None else torch.tensor([P, P]),
+                    durations=None if durations is None else durations[None].expand(2, -1),
                 ),
                 noisy[None].expand(2, -1, -1),
             )

@@ -322,3 +322,16 @@ def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
     a, b = edited.span
     original = speaker.encode_grid(speech.audio)
     assert torch.equal(edited.grid[:a], original[:a]) and torch.equal(edited.grid[b:], original[b:])
+
+    # Luna Realtime continues from the aligned Luna, reads the same timing and streams with the predicted layout
+    from duet.luna.realtime_train import main as realtime_main
+    from duet.tts.luna_realtime import RealtimeSpeaker
+
+    rt = tmp_path / "rt"
+    assert realtime_main(["luna-realtime", "--init-from", str(tmp_path / "ship"), "--shards", str(root / "codes"),
+                          "--manifest", str(root / "manifest.jsonl"), "--out", str(rt), "--block-size", "4",
+                          "--steps", "1", "--batch-frames", "200", "--val-every", "0", "--quiet"]) == 0
+    assert realtime_main(["luna-realtime-export", str(rt), "--out", str(tmp_path / "rt-ship"), "--latest"]) == 0
+    streamer = RealtimeSpeaker.from_pretrained(tmp_path / "rt-ship", codec="duet-rvq")
+    assert streamer.model.config.luna.is_aligned and streamer.aligned_durations(ids).shape == (len(ids),)
+    assert streamer.speak("the quick", seed=0, steps=2).audio.size > 0

@@ -38,6 +38,10 @@ frame inside that block; the per-frame head gives both.
 CFG (§2.5 and §3.2 "the same conditional / unconditional block geometry in training and inference"): text is dropped
 with probability 0.1 per row (``diffusion.drop_text``), prompt splits as in Luna (``diffusion.split_prompt``).
 
+Aligned text input (a Luna trained with ``--aligned``; ``duet.nn.aligned``): the noisy and the clean copy of frame i
+both receive the layout vector of frame P + i of the utterance, as Luna's target frames do; at inference the
+duration predictor's durations lay the text out and the end head still decides where speech ends.
+
 Shape legend: B batch, S text tokens, P prompt frames, T target frames, N blocks, B_k frames per block, F = N B_k
 frames per stream, L = S + P + 2F, Q codebooks, K codes per codebook, D model width.
 """
@@ -67,9 +71,6 @@ class RealtimeConfig:
     def __post_init__(self) -> None:
         if self.block_size <= 0:
             raise DuetError(f"block_size must be a positive number of frames, got {self.block_size}")
-        if self.luna.is_aligned:
-            raise DuetError("Luna Realtime does not read aligned text input yet: start it from a Luna model "
-                            "trained without --aligned")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -216,15 +217,12 @@ class LunaRealtime(nn.Module):
         clean[:, :T] = target
         clean = clean.masked_fill(~clean_valid[:, :, None], cfg.mask_id)
         noisy = noisy.masked_fill(~noisy_valid[:, :, None], cfg.mask_id)
-        x = torch.cat(
-            [
-                luna.model.embed_tokens(text_ids),
-                luna.embed_grid(prompt),
-                luna.embed_grid(noisy),
-                luna.embed_grid(clean),
-            ],
-            dim=1,
-        )  # (B, L, D): [text | prompt | x_t | x_0]
+        text = luna.model.embed_tokens(text_ids)  # (B, S, D)
+        prompt_x, noisy_x, clean_x = luna.embed_grid(prompt), luna.embed_grid(noisy), luna.embed_grid(clean)
+        if luna.aligned is not None:  # both copies of frame i sit at frame P_b + i of the utterance's timeline
+            a = luna.aligned_input(text, inputs.text_lengths, inputs.durations, prompt_lengths, P, Fr)  # (B, P+F, D)
+            prompt_x, noisy_x, clean_x = prompt_x + a[:, :P], noisy_x + a[:, P:], clean_x + a[:, P:]
+        x = torch.cat([text, prompt_x, noisy_x, clean_x], dim=1)  # (B, L, D): [text | prompt | x_t | x_0]
         mask = additive(two_stream_block_mask(cond_valid, noisy_valid, clean_valid, self.block_size), x.dtype)
         h = luna.model(inputs_embeds=x, attention_mask=mask, position_ids=position_ids).last_hidden_state  # (B, L, D)
         return self.heads(h[:, C : C + Fr])  # heads on the noisy stream only

@@ -157,10 +157,12 @@ def stream_speech(
     cfg: StreamConfig = StreamConfig(),
     codec: Codec | None = None,
     generator: torch.Generator | None = None,
+    durations: torch.Tensor | None = None,
 ) -> Iterator[StreamChunk]:
-    """text_ids (S,), optional clean prompt grid (P, Q) -> chunks; with a codec, each chunk's audio comes from the
-    codec's ``stream_decoder`` fed that chunk's codes the moment the block is committed."""
-    session = KVBlockSession(model, text_ids, prompt, guidance=cfg.decode.cfg_scale != 1.0)
+    """text_ids (S,), optional clean prompt grid (P, Q), ``durations`` (S,) for an aligned model -> chunks; with a
+    codec, each chunk's audio comes from the codec's ``stream_decoder`` fed that chunk's codes the moment the block
+    is committed."""
+    session = KVBlockSession(model, text_ids, prompt, guidance=cfg.decode.cfg_scale != 1.0, durations=durations)
     decoder = codec.stream_decoder() if codec is not None else None
     for chunk in stream_blocks(session, cfg, generator):
         if decoder is not None:
@@ -190,8 +192,11 @@ class KVBlockSession:
         text_ids: torch.Tensor,
         prompt: torch.Tensor | None = None,
         guidance: bool = True,
+        durations: torch.Tensor | None = None,
     ):
         cfg = model.config.luna
+        if cfg.is_aligned and (durations is None or durations.shape != text_ids.shape):
+            raise DuetError("this model reads aligned text input: it needs one duration per text token")
         self.model = model
         self.block_size, self.num_codebooks, self.mask_id = model.block_size, cfg.num_codebooks, cfg.mask_id
         self.num_rows = R = 2 if guidance else 1
@@ -214,14 +219,31 @@ class KVBlockSession:
         self._cache = new_cache(model.luna.model)
         self._clean_blocks = 0  # blocks whose KV is in the cache
         self._pending: torch.Tensor | None = None  # a committed block whose KV the next step computes
+        self._prompt_frames = P
+        self._layout = None  # aligned models: (text embedding (R, S, D), text lengths (R,), durations (R, S))
+        with torch.no_grad():
+            text = text_ids.to(device)[None].expand(R, -1).masked_fill(~valid[:, :S], 0)  # (R, S)
+            text_x = model.luna.model.embed_tokens(text)  # (R, S, D)
+            if cfg.is_aligned:
+                self._layout = (text_x, text_lengths, durations.float().to(device)[None].expand(R, -1))
         if S + P:
             with torch.no_grad():
-                text = text_ids.to(device)[None].expand(R, -1).masked_fill(~valid[:, :S], 0)  # (R, S)
                 grid = prompt.to(device)[None].expand(R, -1, -1)  # (R, P, Q)
-                x = torch.cat([model.luna.model.embed_tokens(text), model.luna.embed_grid(grid)], dim=1)  # (R, C, D)
+                frames = model.luna.embed_grid(grid) + self._aligned(0, P)  # (R, P, D)
+                x = torch.cat([text_x, frames], dim=1)  # (R, C, D)
                 empty = valid.new_zeros((R, 0))
                 mask = additive(two_stream_block_mask(valid, empty, empty, self.block_size), x.dtype)  # conditions
                 run_backbone(model.luna.model, x, cache=self._cache, position_ids=positions, attention_mask=mask)
+
+    def _aligned(self, first: int, n: int) -> torch.Tensor | float:
+        """The layout vectors (R, n, D) of utterance frames [first, first + n) (prompt frames first), or 0."""
+        if self._layout is None or n == 0:
+            return 0.0
+        text_x, lengths, durations = self._layout
+        R = text_x.shape[0]
+        frames = first + torch.arange(n, device=text_x.device)[None].expand(R, -1)  # (R, n)
+        a = self.model.luna.aligned(text_x, lengths.clamp(min=1), durations, frames)  # (R, n, D)
+        return a * (lengths > 0)[:, None, None].to(a.dtype)  # the null-text row has no layout
 
     @property
     def committed_frames(self) -> int:
@@ -246,6 +268,7 @@ class KVBlockSession:
         n_q = x.shape[1]
         num_clean = self._clean_blocks + (self._pending is not None)
         first = (num_clean + 1) * bk - n_q  # frame index of the first query
+        x = x + self._aligned(self._prompt_frames + first, n_q)
         positions = self._offset + first + torch.arange(n_q, device=device)[None, :]  # (R, n_q)
         mask = additive(streaming_block_mask(self._cond_valid, num_clean, bk, n_q), x.dtype)  # (R, 1, n_q, L)
         h = run_backbone(luna.model, x, cache=self._cache, position_ids=positions, attention_mask=mask)  # (R, n_q, D)

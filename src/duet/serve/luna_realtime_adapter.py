@@ -182,7 +182,8 @@ class LunaRealtimeAdapter:
             plan = self._plan(request)
             decode = self._decode_config(request)
             text_ids = torch.tensor(plan.ids, dtype=torch.long, device=self._device)  # (S,)
-            session = KVBlockSession(self.model, text_ids, None, guidance=decode.cfg_scale != 1.0)
+            session = KVBlockSession(self.model, text_ids, None, guidance=decode.cfg_scale != 1.0,
+                                     durations=self.speaker.aligned_durations(plan.ids))
             # A CPU generator, as RealtimeSpeaker seeds one (the sampler draws on it and moves the numbers).
             generator = torch.Generator().manual_seed(seed)
             bound = request.params.max_frames or self.frame_bound(request)

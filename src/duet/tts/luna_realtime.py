@@ -84,6 +84,11 @@ class RealtimeSpeaker(LunaFamilySpeaker):
     def block_size(self) -> int:
         return self.model.block_size
 
+    def aligned_durations(self, ids: list[int]) -> torch.Tensor | None:
+        """An aligned model's layout (S,): the predictor's durations as they are (the end head, not a set length,
+        ends the speech); None for other models."""
+        return self.token_durations(ids)[0][0] if self.model.config.luna.is_aligned else None
+
     # ---- checks (eager: before any decoding) ------------------------------------------------------------------
     def _check(self, text: str, voice: str | None, steps: int | None, temperature: float | None,
                top_k: int | None, cfg_scale: float | None) -> tuple[list[str], StreamConfig]:
@@ -133,7 +138,8 @@ class RealtimeSpeaker(LunaFamilySpeaker):
                               min_frames=self.floor_for(ids, predicted))
                 generator = None if seed is None else torch.Generator().manual_seed(seed + i)
                 text_ids = torch.tensor(ids, dtype=torch.long, device=device)  # (S,)
-                for chunk in stream_speech(self.model, text_ids, None, cfg, self.codec, generator):
+                layout = self.aligned_durations(ids)
+                for chunk in stream_speech(self.model, text_ids, None, cfg, self.codec, generator, layout):
                     if chunk.end is not None and ended is not None:
                         ended.append(STOP if chunk.end == END_OF_SPEECH else BOUND)
                     yield chunk

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from duet.data.shards import CodeShards
     from duet.luna.data import encode_text
     from duet.luna.shipped import load_luna
-    from duet.tts import resolve_model
+    from duet.shipped import resolve_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", required=True, help="shipped Luna names or export directories")

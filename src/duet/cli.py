@@ -1,7 +1,7 @@
 """`duet` command line: parses arguments into config dataclasses and calls the library.
 
 Each area owns its subcommands in a small ``cli.py`` of its own exposing ``register(subparsers)``; this file only
-assembles them and turns :class:`DuetError` into one line on stderr and a non-zero exit.
+assembles them; ``duet.command.run`` turns a :class:`DuetError` into one line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from duet.errors import DuetError
+from duet.command import run
 
 # Areas whose ``register(subparsers)`` adds top-level commands. Imported lazily so `duet --help` stays fast.
 _AREAS = ("duet.tts.cli", "duet.tts.edit_cli", "duet.data.cli", "duet.eval.cli", "duet.codecs.cli", "duet.train.cli",
@@ -28,20 +28,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return run(build_parser(), argv)
-
-
-def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and call the chosen command; a DuetError becomes one line on stderr and exit code 2.
-    Every entry point (``duet``, and the modules torchrun launches) goes through here."""
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except DuetError as err:
-        print(f"duet: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("duet: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""A shipped TTS model directory, whatever the family: ``config.json`` + ``model.safetensors`` + ``tokenizer.json``.
+"""A shipped TTS model directory, whatever the family: ``config.json`` + ``model.safetensors`` + ``tokenizer.json``;
+and where a model's name leads (``resolve_model``: ``<checkpoints root>/<name>`` or a directory; ``model_type``: its
+family, read from ``config.json`` without loading weights).
 
 ``config.json`` starts ``{"type": FAMILY, "format_version": N, "dtype": "float16", ...}``; what follows is the
 family's (``duet.gepard.checkpoint``, ``duet.luna.checkpoint``). Weights are stored as float16 (half the bytes;
@@ -68,3 +70,31 @@ def read_shipped(path: str | Path, kind: str, format_version: int,
         raise DuetError(f"{path}: {family} checkpoint format {meta.get('format_version')} is not supported")
     weights = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(files[1])).items()}
     return meta, weights, get_tokenizer(files[2])
+
+
+MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny")  # the shipped models `duet speak --model` knows by name
+
+
+def resolve_model(name_or_path: str | Path) -> Path:
+    """A shipped model name or a checkpoint directory -> the directory (with a clear error when absent)."""
+    from duet.codecs.registry import checkpoints_root
+
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    shipped = checkpoints_root() / str(name_or_path)
+    if (shipped / "config.json").is_file():
+        return shipped
+    if str(name_or_path) in MODELS:
+        raise DuetError(f"model {name_or_path!r} is not in {checkpoints_root()} (this checkout does not ship it)")
+    raise DuetError(f"unknown model {str(name_or_path)!r}: use one of {', '.join(MODELS)} or a checkpoint directory")
+
+
+def model_type(name_or_path: str | Path) -> tuple[Path, str]:
+    """-> (directory, its config.json "type") without loading any weights."""
+    path = resolve_model(name_or_path)
+    try:
+        kind = json.loads((path / "config.json").read_text()).get("type")
+    except (OSError, json.JSONDecodeError) as err:
+        raise DuetError(f"{path / 'config.json'} is missing or not JSON: {err}") from err
+    return path, kind

@@ -3,7 +3,7 @@
 Sources and licences (from each package's /usr/share/doc/<package>/copyright):
 - English sentences: `fortunes` + `fortunes-min` (BSD licence, Ken Arnold et al.), only the non-offensive
   top-level files (never `off/`), minus a few categories that are mostly jokes about groups of people or are
-  not prose (`_EN_EXCLUDED`), minus any sentence containing a word from `_BLOCKLIST`.
+  not prose (`_EN_EXCLUDED`), minus any sentence containing a word from `BLOCKLIST`.
 - Spanish: `fortunes-es` (GPL-2+; the collected quotes are "presumed to be in the public domain").
 - Brazilian Portuguese: `fortunes-br` (GPL-2+).
 - Dutch and Kyrgyz: sentence templates written here (too little packaged text in those languages).
@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from duet.data.books.clean import BLOCKLIST
 from duet.data.manifest import split_key
 from duet.errors import MissingDependency
 
@@ -43,14 +44,6 @@ _EN_EXCLUDED = frozenset(
 )
 # Spanish: proverbs (`refranes`) carry old stereotypes; graffiti (`pintadas`) is crude.
 _ES_EXCLUDED = frozenset({"refranes.fortunes", "pintadas.fortunes", "varios.fortunes-pre"})
-
-# A small safety net on top of the category choice: a sentence with any of these words is dropped.
-_BLOCKLIST = frozenset(
-    "sex sexy sexual penis vagina nigger negro fag faggot whore slut rape raped bitch bastard fuck fucking shit "
-    "damn hell kill killed killing suicide drunk nazi hitler jew jews jewish judio judío moro moros puta puto "
-    "maricón maricon mierda coño cojones caralho porra merda buceta viado bunda vibrator orgasm nude naked "
-    "erotic porn".split()
-)
 
 # One clean sentence per language: a capital (or opening mark) first, letters, digits and light punctuation
 # inside, and a sentence-final mark. Anything else (quotes, brackets, slashes, code, dialogue) is dropped.
@@ -90,7 +83,7 @@ def clean_sentences(fortunes: list[str], language: str, min_words: int = 3, max_
                 continue
             if "--" in sentence or re.search(r"\b[A-Z]{2,}\b.*\b[A-Z]{2,}\b", sentence):
                 continue  # dashes and shouting read badly; one acronym is fine, two is usually jargon
-            if set(split_key(sentence).split()) & _BLOCKLIST:
+            if set(split_key(sentence).split()) & BLOCKLIST:
                 continue
             if language == "en" and not sentence.isascii():
                 continue
@@ -303,7 +296,7 @@ def dictionary_words(words_path: Path = WORDS_PATH, min_len: int = 3, max_len: i
     with open(words_path, encoding="utf-8", errors="replace") as f:
         words = {w.strip() for w in f}
     keep = (w for w in words if w.isascii() and w.isalpha() and w.islower() and min_len <= len(w) <= max_len)
-    return tuple(sorted(w for w in keep if w not in _BLOCKLIST))
+    return tuple(sorted(w for w in keep if w not in BLOCKLIST))
 
 
 def short_utterances(n: int, seed: int, words_path: Path = WORDS_PATH) -> list[str]:

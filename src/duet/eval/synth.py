@@ -349,11 +349,11 @@ def _luna_realtime(arg: str | None, options: SynthOptions) -> Synthesizer:
 def _speaker(arg: str | None, options: SynthOptions) -> Synthesizer:
     from pathlib import Path
 
-    import duet
+    from duet.tts import load
 
     if not arg:
         raise DuetError("speaker needs a model: --model speaker:NAME or speaker:DIR (e.g. speaker:luna-tiny)")
-    return SpeakerSynthesizer(duet.load(arg, device=options.device), f"speaker:{Path(arg).name}", options)
+    return SpeakerSynthesizer(load(arg, device=options.device), f"speaker:{Path(arg).name}", options)
 
 
 _REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock,

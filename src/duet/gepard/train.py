@@ -119,7 +119,7 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
     shipped = None
     if init_from is not None and not resume:
         from duet.gepard.checkpoint import load_gepard
-        from duet.tts import resolve_model
+        from duet.shipped import resolve_model
 
         shipped = load_gepard(resolve_model(init_from))
         if shipped.model.config != cfg.model:

@@ -36,7 +36,7 @@ Shape legend: B batch, T frames, Q codebooks, K codes per codebook, N = T Q cell
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -66,6 +66,11 @@ class DecodeConfig:
             raise DuetError(f"gumbel_temperature must be >= 0, got {self.gumbel_temperature}")
         if not (math.isfinite(self.cfg_scale) and self.cfg_scale >= 0):
             raise DuetError(f"cfg_scale must be a finite number >= 0 (1 = no guidance), got {self.cfg_scale}")
+
+
+def with_overrides(decode: DecodeConfig, **overrides) -> DecodeConfig:
+    """``decode`` with the overrides that were given (not None); DecodeConfig refuses bad values with a DuetError."""
+    return replace(decode, **{k: v for k, v in overrides.items() if v is not None})
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ def config_from_json(data: dict[str, Any]) -> RealtimeTrainConfig:
 def shipped_configs(init_from: str | Path) -> tuple[Path, dict[str, Any]]:
     """-> (directory, config.json) of a shipped Luna, without loading its weights."""
     from duet.luna.shipped import TYPE
-    from duet.tts import model_type
+    from duet.shipped import model_type
 
     path, kind = model_type(init_from)
     if kind != TYPE:
@@ -135,7 +135,7 @@ def train_luna_realtime(cfg: RealtimeTrainConfig | None, run_dir: str | Path, *,
     if not resume:
         if init_from is None:
             raise DuetError("Luna Realtime continues a trained Luna: give --init-from (a shipped Luna model)")
-        from duet.tts import resolve_model
+        from duet.shipped import resolve_model
 
         shipped = load_luna(resolve_model(init_from))
         if (shipped.bundle.acoustic.config, shipped.bundle.duration.config) != (cfg.model.luna, cfg.duration):

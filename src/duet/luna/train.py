@@ -131,7 +131,7 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
         torch.set_num_threads(threads)
     shipped = None
     if init_from is not None and not resume:
-        from duet.tts import resolve_model
+        from duet.shipped import resolve_model
 
         shipped = load_luna(resolve_model(init_from))
         if (shipped.bundle.acoustic.config, shipped.bundle.duration.config) != (cfg.model, cfg.duration):

@@ -69,7 +69,7 @@ def served_model(model: str, checkpoint: str | None, engine: str = "builtin") ->
     Errors are one-line DuetErrors: a family without a checkpoint, a checkpoint of another family, two names for
     one model, an unknown name. With the vLLM engine a directory exported for vLLM (no duet type) is let through.
     """
-    from duet.tts import model_type
+    from duet.shipped import model_type
 
     if model == MOCK:
         if checkpoint:

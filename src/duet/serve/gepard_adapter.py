@@ -266,7 +266,7 @@ def load_gepard_adapter(checkpoint: str, codec: str | None = None, name: str | N
     to the codec the checkpoint was trained on."""
     from duet.codecs import load as load_codec
     from duet.gepard.checkpoint import load_gepard
-    from duet.tts import resolve_model
+    from duet.shipped import resolve_model
 
     path = resolve_model(checkpoint)
     loaded = load_gepard(path)

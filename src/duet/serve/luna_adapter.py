@@ -301,7 +301,7 @@ def load_luna_adapter(checkpoint: str, codec: str | None = None, name: str | Non
     ``duet.luna.shipped.save_luna``); ``codec`` defaults to the codec the checkpoint was trained on."""
     from duet.codecs import load as load_codec
     from duet.luna.shipped import load_luna
-    from duet.tts import resolve_model
+    from duet.shipped import resolve_model
 
     path = resolve_model(checkpoint)
     loaded = load_luna(path, device=device)

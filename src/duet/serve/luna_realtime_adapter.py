@@ -248,7 +248,7 @@ def load_luna_realtime_adapter(name_or_dir: str, codec: str | None = None, name:
                                device: str = "cpu") -> LunaRealtimeAdapter:
     """The adapter for a shipped Luna Realtime model (a name such as ``luna-realtime-tiny`` or a directory written by
     ``duet.luna.shipped.save_luna_realtime``); ``codec`` defaults to the codec the checkpoint was trained on."""
-    from duet.tts import resolve_model
+    from duet.shipped import resolve_model
 
     path = resolve_model(name_or_dir)
     speaker = RealtimeSpeaker.from_pretrained(path, codec=codec, device=device)

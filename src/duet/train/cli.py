@@ -104,7 +104,7 @@ def _export(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="duet")
     register(parser.add_subparsers(dest="command"))
-    from duet.cli import run
+    from duet.command import run
 
     return run(parser, argv)
 

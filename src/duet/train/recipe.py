@@ -249,6 +249,6 @@ def stage_main(add_parsers: Callable[[Any], None], argv: list[str] | None) -> in
     sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
     sub.required = True
     add_parsers(sub)
-    from duet.cli import run
+    from duet.command import run
 
     return run(parser, argv)

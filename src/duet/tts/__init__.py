@@ -1,6 +1,6 @@
 """Speak with a shipped model in two lines: ``duet.load("gepard-tiny").speak("Hello there").write("hello.wav")``.
 
-``load`` resolves a model name to ``<checkpoints root>/<name>`` (``$DUET_CHECKPOINTS`` or the checkout's
+``load`` resolves a model name (``duet.shipped.resolve_model``) to ``<checkpoints root>/<name>`` (``$DUET_CHECKPOINTS`` or the checkout's
 ``checkpoints/``, as for codecs) or takes a directory, reads ``config.json`` and returns the family's speaker:
 
 - ``gepard`` -> :class:`duet.tts.gepard.GepardSpeaker` (``speak``, ``stream`` frame by frame)
@@ -15,37 +15,10 @@ Speakers share one surface: ``voices``, ``sample_rate``, ``speak(text, voice=, s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from duet.errors import DuetError
-
-MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny")  # the shipped models `duet speak --model` knows by name
-
-
-def resolve_model(name_or_path: str | Path) -> Path:
-    """A shipped model name or a checkpoint directory -> the directory (with a clear error when absent)."""
-    from duet.codecs.registry import checkpoints_root
-
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    shipped = checkpoints_root() / str(name_or_path)
-    if (shipped / "config.json").is_file():
-        return shipped
-    if str(name_or_path) in MODELS:
-        raise DuetError(f"model {name_or_path!r} is not in {checkpoints_root()} (this checkout does not ship it)")
-    raise DuetError(f"unknown model {str(name_or_path)!r}: use one of {', '.join(MODELS)} or a checkpoint directory")
-
-
-def model_type(name_or_path: str | Path) -> tuple[Path, str]:
-    """-> (directory, its config.json "type") without loading any weights."""
-    path = resolve_model(name_or_path)
-    try:
-        kind = json.loads((path / "config.json").read_text()).get("type")
-    except (OSError, json.JSONDecodeError) as err:
-        raise DuetError(f"{path / 'config.json'} is missing or not JSON: {err}") from err
-    return path, kind
+from duet.shipped import MODELS, model_type, resolve_model  # noqa: F401  (duet.tts's names for users)
 
 
 def load(name_or_path: str | Path, device: str = "cpu"):

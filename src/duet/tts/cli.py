@@ -113,7 +113,7 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
         raise DuetError(f"--steps must be a positive integer (8, 16 or 32 are typical), got {steps}")
     if speed is not None and not (math.isfinite(speed) and speed > 0):
         raise DuetError(f"--speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")
-    from duet.tts import model_type
+    from duet.shipped import model_type
 
     _, kind = model_type(model)
     refused = [k for k in given if kind not in LUNA_OPTIONS[k]]

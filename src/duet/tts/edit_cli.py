@@ -53,7 +53,8 @@ def run_edit(args: argparse.Namespace) -> int:
     import soundfile as sf
 
     from duet.audio import load_audio
-    from duet.tts import load, model_type
+    from duet.shipped import model_type
+    from duet.tts import load
     from duet.tts.cli import check_luna_options, check_output
 
     span = parse_span(args.span)

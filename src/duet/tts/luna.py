@@ -31,7 +31,7 @@ Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -40,7 +40,7 @@ import torch
 
 from duet.errors import DuetError
 from duet.luna.data import encode_text
-from duet.luna.decode import DecodeConfig, maskgit_decode
+from duet.luna.decode import DecodeConfig, maskgit_decode, with_overrides
 from duet.luna.duration import fit_durations, total_frames
 from duet.luna.infill import check_prompt_audio, check_prompt_grid
 from duet.luna.model import LunaInputs
@@ -57,11 +57,6 @@ def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
     from duet.codecs import load as load_codec
 
     return load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device)
-
-
-def with_overrides(decode: DecodeConfig, **overrides) -> DecodeConfig:
-    """``decode`` with the overrides that were given (not None); DecodeConfig refuses bad values with a DuetError."""
-    return replace(decode, **{k: v for k, v in overrides.items() if v is not None})
 
 
 class LunaFamilySpeaker:

@@ -22,18 +22,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from duet.errors import DuetError
 from duet.luna.data import encode_text
+from duet.luna.decode import with_overrides
 from duet.luna.infill import check_prompt_audio, edit, edit_span_frames
 from duet.tts.speech import Speech
 
-if TYPE_CHECKING:
-    from duet.tts.luna import LunaSpeaker
+
+class EditingSpeaker(Protocol):
+    """What editing needs of a Luna speaker (``duet.tts.luna.LunaSpeaker`` is one)."""
+
+    name: str
+    sample_rate: int
+    config: Any  # LunaSpeakConfig: decode, max_frames, language
+    codec: Any
+    tokenizer: Any
+    model: Any  # LunaModel
+
+    def encode_grid(self, audio: np.ndarray, sample_rate: int | None = None) -> torch.Tensor: ...
+
+    def decode_grid(self, grid: torch.Tensor) -> np.ndarray: ...
+
+    def predicted_frames(self, ids: list[int]) -> float: ...
+
+    def layout(self, ids: list[int], frames: int) -> torch.Tensor | None: ...
 
 
 @dataclass(frozen=True)
@@ -65,14 +82,12 @@ def span_frames_of(span_seconds: tuple[float, float], seconds: float, frame_rate
     return a, b
 
 
-def edit_speech(speaker: LunaSpeaker, audio: np.ndarray | torch.Tensor, text: str,
+def edit_speech(speaker: EditingSpeaker, audio: np.ndarray | torch.Tensor, text: str,
                 span_seconds: tuple[float, float], *, new_text: str | None = None, sample_rate: int | None = None,
                 seed: int | None = None, steps: int | None = None, temperature: float | None = None,
                 top_k: int | None = None, cfg_scale: float | None = None) -> EditedSpeech:
     """Regenerate ``span_seconds`` of a recording (S,) mono float (resampled from ``sample_rate`` if given) whose
     transcript is ``text``, under ``new_text`` (the whole new transcript) or ``text``. See the module doc."""
-    from duet.tts.luna import with_overrides
-
     if not text or not text.strip():
         raise DuetError("editing needs the recording's transcript (text); it is empty")
     if new_text is not None and not new_text.strip():

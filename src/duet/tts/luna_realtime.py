@@ -42,10 +42,11 @@ import torch
 
 from duet.errors import DuetError
 from duet.luna.data import encode_text
+from duet.luna.decode import with_overrides
 from duet.luna.shipped import LoadedLuna, load_luna_realtime
 from duet.luna.stream import END_OF_SPEECH, StreamChunk, StreamConfig, stream_speech
 from duet.text.sentences import split_sentences
-from duet.tts.luna import LunaFamilySpeaker, codec_of, with_overrides
+from duet.tts.luna import LunaFamilySpeaker, codec_of
 from duet.tts.speech import Speech
 
 STOP = "stop"  # the end head ended the piece (Speech.ended, as Gepard's stop head)

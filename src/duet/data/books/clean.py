@@ -23,7 +23,14 @@ from collections.abc import Iterable
 from itertools import pairwise
 
 from duet.data.manifest import split_key
-from duet.data.text_sources import _BLOCKLIST
+
+# A small safety net on top of the category choice: a sentence with any of these words is dropped.
+BLOCKLIST = frozenset(
+    "sex sexy sexual penis vagina nigger negro fag faggot whore slut rape raped bitch bastard fuck fucking shit "
+    "damn hell kill killed killing suicide drunk nazi hitler jew jews jewish judio judío moro moros puta puto "
+    "maricón maricon mierda coño cojones caralho porra merda buceta viado bunda vibrator orgasm nude naked "
+    "erotic porn".split()
+)
 
 MIN_WORDS = 4
 MAX_WORDS = 30
@@ -122,7 +129,7 @@ def _well_formed(sentence: str, language: str, min_words: int, max_words: int) -
 
 
 def _blocked(key: str) -> bool:
-    return not _BLOCKLIST.isdisjoint(key.split())
+    return not BLOCKLIST.isdisjoint(key.split())
 
 
 def is_speakable(sentence: str, language: str, min_words: int = MIN_WORDS, max_words: int = MAX_WORDS) -> bool:

@@ -174,3 +174,18 @@ def test_served_defaults_are_what_duet_speak_samples_with(model):
 
     params, speak = adapter_for(model).default_params, SpeakConfig().sampling
     assert (params.temperature, params.top_k) == (speak.temperature, speak.top_k) != (1.0, 0)
+
+
+def test_aligned_model_refuses_a_text_longer_than_one_request_holds():
+    """An aligned model predicts its length: a text that would run past the frame bound is a clear 400, never a
+    silently cut WAV."""
+    model = micro_model(aligned=True)
+    adapter = GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64))
+    ids = torch.tensor([encode(SynthesisRequest(text="x" * 40))])
+    predicted = float(model.duration.predict(ids, torch.tensor([ids.shape[1]])).sum())
+    assert predicted > 0
+    fits = int(64 / predicted * 40 * 0.5)  # about half the bound
+    adapter.validate(SynthesisRequest(text="x" * max(fits, 1)))
+    with pytest.raises(InvalidRequest, match="split it into shorter requests") as err:
+        adapter.validate(SynthesisRequest(text="x" * 200))
+    assert err.value.code == "context_length_exceeded"

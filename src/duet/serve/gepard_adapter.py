@@ -163,6 +163,15 @@ class GepardAdapter:
 
     def validate(self, request: SynthesisRequest) -> None:
         check_gepard_request(request, self.name, self.voices, speed=self.model.is_aligned)
+        if self.model.is_aligned and request.params.max_frames is None:  # it knows how long the text will be
+            ids = torch.tensor([self.encode_text(request)], dtype=torch.long, device=self._device)  # (1, S)
+            lengths = torch.tensor([ids.shape[1]], device=self._device)
+            frames = float(self.model.duration.predict(ids, lengths, request.speed).sum())
+            if frames > self.max_frames:
+                raise InvalidRequest(
+                    f"this text needs about {frames / self.codec.frame_rate:.0f} s of speech, more than the "
+                    f"{self.max_frames / self.codec.frame_rate:.0f} s one request can hold; split it into shorter "
+                    "requests", param="input", code="context_length_exceeded")
         limit = self.model.config.backbone.max_positions
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request))
         if need > limit:

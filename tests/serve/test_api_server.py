@@ -96,3 +96,23 @@ def test_concurrent_streams_and_429_when_full():
         wait_until(lambda: engine.stats().running + engine.stats().waiting == 0, timeout=12.0,
                    what="cancelled clients to leave")
         assert engine.stats().finished["cancelled"] == 8
+
+
+def test_a_stalled_request_body_gets_a_408_and_the_server_keeps_serving():
+    import socket
+    from urllib.parse import urlparse
+
+    from duet.serve.api import ServeConfig
+
+    adapter = MockAdapter(MockConfig())
+    app = create_app(Engine(adapter, EngineConfig()), ServeConfig(body_timeout_s=0.5))
+    with uvicorn_server(app) as url:
+        u = urlparse(url)
+        with socket.create_connection((u.hostname, u.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"model\": ")  # ... and nothing more
+            reply = b""
+            while b"request_timeout" not in reply and (chunk := sock.recv(4096)):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply
+        assert httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "ok"}, timeout=30).status_code == 200

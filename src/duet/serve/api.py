@@ -70,6 +70,7 @@ class ServeConfig:
     model_aliases: tuple[str, ...] = ()  # more names accepted for the served model (e.g. "tts-1")
     disconnect_poll_s: float = 0.2  # how often a request waiting for its first audio checks its client
     web_page: bool = True  # serve the page at / (duet.serve.web)
+    body_timeout_s: float = 30.0  # a request body that stalls this long between two reads gets a 408
 
 
 class ApiError(Exception):
@@ -262,13 +263,22 @@ def _short(text: str, limit: int = 64) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, timeout_s: float = 30.0) -> bytes:
+    """The whole body, at most ``limit`` bytes (else 413); a body that stalls ``timeout_s`` between reads is a 408
+    (a client that stops sending must not hold a connection and its handler forever)."""
     too_large = ApiError(413, f"request body is larger than {limit} bytes", code="request_too_large")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large
     parts, size = [], 0
-    async for part in request.stream():
+    chunks = request.stream().__aiter__()
+    while True:
+        try:
+            part = await asyncio.wait_for(chunks.__anext__(), timeout_s)
+        except StopAsyncIteration:
+            break
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"the request body stalled for {timeout_s:g} s", code="request_timeout") from None
         size += len(part)
         if size > limit:
             raise too_large
@@ -278,7 +288,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 async def _parse_speech(request: Request, config: ServeConfig) -> tuple[SpeechRequest, bytes | None]:
     """JSON (strictly typed) or a form (multipart with an optional ``reference_audio`` file; lax types)."""
-    body = await _read_body(request, config.max_body_bytes)
+    body = await _read_body(request, config.max_body_bytes, config.body_timeout_s)
     ctype = request.headers.get("content-type", "").lower()
     upload: bytes | None = None
     is_form = ctype.startswith("multipart/form-data") or ctype.startswith("application/x-www-form-urlencoded")

@@ -84,12 +84,9 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> LunaTrainConfig:
     """Default training settings per preset (built one by one in ``tests/luna/test_luna_train_recipe.py``)."""
     model, duration = luna_preset(name), duration_preset(name)
     if name == "luna-tiny":
-        # Measured on this 2-core CPU while two codec runs shared it: a 1,120-position step (8 rows of 40 text
-        # tokens + 100 frames) took 2.7 s with one thread, 2,240 positions 5.0 s, i.e. ~2.2 ms per position with
-        # the 8 x 2048 heads; an idle machine with two threads should be about twice as fast. 2,000 positions per
-        # step is then ~2.5-4.5 s, and the 10-hour base corpus (~1.3M positions at 25 Hz) ~650 steps per epoch:
-        # 6,000 steps ~ 9 epochs in 4-7 hours. DESIGN §D: small models on this corpus overfit, so validate every
-        # 250 steps and stop early on held-out loss.
+        # Sized for a CPU: 2,000 positions per step, so the 12-hour `joe` corpus is about 900 steps per epoch.
+        # DESIGN §D: small models on little text overfit, so validate every 250 steps and stop early on held-out
+        # loss.
         loop = LoopConfig(max_steps=6000, lr=5e-4, warmup_steps=300, weight_decay=0.1, log_every=10,
                           val_every=250, diag_every=0, checkpoint_every=500, checkpoint_minutes=10.0, patience=6)
         data = LunaDataConfig(batch_frames=2000, max_batch_size=32, max_frames=400)

@@ -14,10 +14,10 @@ Presets (``luna_preset(name)``; a test builds each one):
                BPE (2048 bytes + merges, then the service tokens; the shipped model reads a phoneme BPE), D 256,
                6 layers, 4 query / 2 key-value heads of 64, MLP 768, RoPE theta 1e4 (sequences stay under ~1k
                positions; divergence from the 0.6b's 1e6, which is sized for 40k), heads tied to the code tables
-               (``tie_heads``). About 5.3M backbone + 4.2M audio parameters with the full 8 x 2048 grid. Measured
-               on one core here: a 2,000-position training step takes 3.9 s, against 7.2 s at D 384 / 8 layers
-               (the first shipped luna-tiny's shape, whose fp16 export was 44 MB). When the trained BPE comes out
-               smaller than requested, rebuild the config with ``with_vocab(cfg, len(tokenizer))``.
+               (``tie_heads``). About 5.3M backbone + 4.2M audio parameters with the full 8 x 2048 grid: a training
+               step costs about half that of the first shipped luna-tiny's D 384 / 8 layers, whose fp16 export
+               was 44 MB. When the trained BPE comes out smaller than requested, rebuild the config with
+               ``with_vocab(cfg, len(tokenizer))``.
 """
 
 from __future__ import annotations

@@ -314,3 +314,12 @@ def test_slow_text_preparation_never_blocks_health():
         assert time.perf_counter() - started < 0.5
         worker.join()
         assert result["r"].status_code == 200
+
+
+def test_api_docs_are_served_only_when_asked():
+    client, _, _ = client_for()
+    with client:
+        assert client.get("/openapi.json").status_code == 404 and client.get("/docs").status_code == 404
+    client, _, _ = client_for(config=ServeConfig(api_docs=True))
+    with client:
+        assert client.get("/openapi.json").json()["info"]["title"] == "duet"

@@ -71,6 +71,7 @@ class ServeConfig:
     disconnect_poll_s: float = 0.2  # how often a request waiting for its first audio checks its client
     web_page: bool = True  # serve the page at / (duet.serve.web)
     body_timeout_s: float = 30.0  # a request body that stalls this long between two reads gets a 408
+    api_docs: bool = False  # FastAPI's /docs, /redoc and /openapi.json (off unless asked: --api-docs)
 
 
 class ApiError(Exception):
@@ -139,7 +140,8 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
         if close is not None:
             close()
 
-    app = FastAPI(title="duet", summary="OpenAI-compatible text-to-speech", lifespan=lifespan)
+    docs = {} if config.api_docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="duet", summary="OpenAI-compatible text-to-speech", lifespan=lifespan, **docs)
     app.state.engine, app.state.metrics, app.state.config = engine, metrics, config
     app.add_middleware(_CountRequests, metrics=metrics)
 

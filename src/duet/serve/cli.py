@@ -58,6 +58,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-input-chars", type=int, default=4096)
     p.add_argument("--max-body-mib", type=float, default=16.0)
     p.add_argument("--max-reference-seconds", type=float, default=30.0)
+    p.add_argument("--api-docs", action="store_true", help="serve FastAPI's /docs and /openapi.json")
     p.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a request body may stall between two reads before the server answers 408")
     p.add_argument("--model-alias", action="append", default=[], help="another accepted model name (repeatable)")
@@ -143,6 +144,6 @@ def run_serve(args: argparse.Namespace) -> int:
                                                       torch_threads=args.engine_threads or None))
     config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
                          max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias),
-                         body_timeout_s=args.body_timeout)
+                         body_timeout_s=args.body_timeout, api_docs=args.api_docs)
     uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level)
     return 0

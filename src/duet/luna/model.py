@@ -7,7 +7,10 @@ Luna-TTS report §2.3 ("frame-wise multi-codebook modelling") and §2.5:
     tables; a masked cell contributes a learned per-codebook mask embedding instead, so a frame can be partly masked
     along the depth axis;
   * Q parallel classification heads read each target frame's output state;
-  * text embedding and positions come from Qwen3 (``init_from``); audio tables and heads are new.
+  * text embedding and positions come from Qwen3 (``init_from``); audio tables and heads are new;
+  * duet's option ``LunaConfig.aligned_window`` (a divergence, ``duet.nn.aligned``): every prompt and target frame
+    also receives the layout vector of the text token it belongs to, from per-token durations laid over
+    [prompt | target] as one timeline (``LunaInputs.durations``).
 
 Shape legend: B batch, S text tokens, P prompt frames, T target frames, L = S + P + T, Q codebooks, K codes per
 codebook, D model width.

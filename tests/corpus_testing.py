@@ -80,15 +80,20 @@ def write_corpus(root: Path, codec: HashCodec, codec_name: str) -> tuple[Path, P
     return write_manifest(root / "manifest.jsonl", utts), root / "codes"
 
 
-def write_ipa_timing(manifest: Path, ids: set[str]) -> None:
-    """IPA-alphabet timing sidecars for the utterances ``ids``: every character of a made-up IPA string gets 0.05 s
-    after 0.1 s of silence (the fake corpora's audio is noise; only the bookkeeping is tested)."""
+def timed_copy(manifest: Path, dest: Path, ids: set[str]) -> Path:
+    """A copy of a fake corpus (manifest, audio, codes) at ``dest`` with IPA-alphabet timing sidecars for the
+    utterances ``ids``: every character of a made-up IPA string gets 0.05 s after 0.1 s of silence (the audio is
+    noise; only the bookkeeping is tested). -> the copy's manifest."""
+    import shutil
+
     from duet.data.manifest import read_manifest
     from duet.data.timing import IPA, Timing, write_timing
 
-    root = manifest.parent
+    shutil.copytree(manifest.parent, dest)
+    root, manifest = dest, dest / manifest.name
     for u in read_manifest(manifest):
         if u.id in ids:
             ipa = "ðə kwˈɪk."
             phones = tuple((ch, 0.1 + 0.05 * i, 0.15 + 0.05 * i) for i, ch in enumerate(ipa))
             write_timing(root / u.path, Timing(ipa, phones, (("the", 0.1, 0.2), ("quick", 0.25, 0.55)), IPA))
+    return manifest

@@ -11,7 +11,7 @@ import pytest
 import torch
 from gepard_train_testing import MISSING, UTTERANCES, small_config, write_corpus
 
-from corpus_testing import write_ipa_timing
+from corpus_testing import timed_copy
 from duet.errors import DuetError
 from duet.gepard.checkpoint import load_gepard
 from duet.gepard.config import PRESETS, with_aligned_input
@@ -256,13 +256,9 @@ def test_guided_attention_and_text_dropout_from_the_command_line(corpus, tmp_pat
 
 
 def test_aligned_data_reads_timing_and_lays_out_every_frame(corpus, tmp_path):
-    import shutil
-
     manifest, shards, tokenizer = corpus
-    root = tmp_path / "corpus"
-    shutil.copytree(manifest.parent, root)
     timed = {"slt-001", "slt-002", "kal-002"}
-    write_ipa_timing(root / "manifest.jsonl", timed)
+    root = timed_copy(manifest, tmp_path / "corpus", timed).parent
     model = with_aligned_input(small_config(), window=1, duration_layers=1)
     with pytest.raises(DuetError, match="phoneme tokenizer"):  # a text BPE would read IPA in training only
         GepardData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(tokenizer), DATA, "train",
@@ -283,11 +279,7 @@ def test_aligned_data_reads_timing_and_lays_out_every_frame(corpus, tmp_path):
 
 def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     manifest, shards, _ = corpus
-    root = tmp_path / "corpus"
-    import shutil
-
-    shutil.copytree(manifest.parent, root)
-    write_ipa_timing(root / "manifest.jsonl", {u[0] for u in UTTERANCES})
+    root = timed_copy(manifest, tmp_path / "corpus", {u[0] for u in UTTERANCES}).parent
     run = tmp_path / "run"
     assert main(["gepard", "--preset", "gepard-tiny", "--shards", str(root / "codes"), "--manifest",
                  str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--aligned", "1",

@@ -10,7 +10,7 @@ import pytest
 import torch
 from luna_train_testing import K, Q, micro_configs, write_rvq_corpus
 
-from corpus_testing import MISSING, UTTERANCES, write_ipa_timing
+from corpus_testing import MISSING, UTTERANCES, timed_copy
 from duet.data.shards import CodeShards
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
@@ -272,16 +272,12 @@ def test_data_align_writes_alignments_that_training_reads(corpus, tmp_path, caps
 
 
 def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
-    import shutil
-
     from duet.tts.luna import LunaSpeaker
 
     manifest, shards, tokenizer = corpus
-    root = tmp_path / "corpus"
-    shutil.copytree(manifest.parent, root)
     untimed = _data(corpus).items[0].id  # a training utterance without timing: left out, counted
     timed = {u[0] for u in UTTERANCES} - {untimed}
-    write_ipa_timing(root / "manifest.jsonl", timed)
+    root = timed_copy(manifest, tmp_path / "corpus", timed).parent
     model = replace(micro_configs()[0], aligned_window=1)
     with pytest.raises(DuetError, match="phoneme tokenizer"):  # a text BPE would read IPA in training only
         LunaData.from_shards(root / "codes", root / "manifest.jsonl", get_tokenizer(tokenizer), DATA, "train",

@@ -301,3 +301,20 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     # a bad default is refused with one line (exit 2), nothing written
     assert main(["gepard-export", str(run), "--out", str(tmp_path / "bad"), "--temperature", "-1"]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_attention_supervision_flag_trains_a_stock_model_on_the_timing(corpus, tmp_path):
+    manifest, shards, _ = corpus
+    root = timed_copy(manifest, tmp_path / "corpus", {u[0] for u in UTTERANCES}).parent
+    run = tmp_path / "run"
+    assert main(["gepard", "--preset", "gepard-tiny", "--shards", str(root / "codes"), "--manifest",
+                 str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--guided-attention", "2",
+                 "--guided-target", "aligned", "--batch-frames", "200", "--val-every", "0", "--tokenizer",
+                 "train-phoneme-bpe", "--bpe-vocab", "300", "--quiet"]) == 0
+    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    assert cfg.model.aligned is None  # the architecture stays stock
+    assert (cfg.guided.target, cfg.guided.weight) == ("aligned", 2.0)
+    logged = [r["guided"] for r in read_metrics(run / "metrics.jsonl") if "guided" in r]
+    assert logged and all(0 < g < 1 for g in logged)
+    assert main(["gepard-export", str(run), "--out", str(tmp_path / "export")]) == 0
+    assert not load_gepard(tmp_path / "export").model.is_aligned

@@ -1,4 +1,4 @@
-"""Guided attention: a diagonal prior on how audio positions attend to the text (an optional training aid).
+"""Guided attention: a prior on how audio positions attend to the text (an optional training aid).
 
 A divergence from the Gepard report, for tiny models: DESIGN.md §D saw a 5M-parameter Gepard follow the first few
 words and then drift into fluent nonsense, the classic failure of attention that never learned a monotonic
@@ -12,6 +12,12 @@ with W[j, s] = 1 - exp(-(j / T_b - s / S_b)^2 / (2 sigma^2)); the loss is the me
 every guided query (row, layer, head, frame). Rows whose text is empty (the CFG text drop, 3 service tokens) are
 left out. Validation reports Gepard's own loss without this term.
 
+Attention supervision (``target="aligned"``) replaces the diagonal guess by the corpus timing: with the batch's
+durations (frames per wrapped token, as aligned text input reads them), frame j belongs to wrapped token k_j
+(``duet.nn.aligned.frame_tokens``, EOT two from the end), and W[j, s] = 1 - exp(-(s - k_j)^2 / (2 sigma_tok^2)):
+the guided heads learn to look at the token being spoken (and its neighbours, sigma_tok tokens wide). Training
+only: the architecture and inference stay stock, so vLLM and the 500M preset are untouched.
+
 Shape legend: B batch, H heads, L positions, S text positions, T frames.
 """
 
@@ -23,6 +29,10 @@ from dataclasses import dataclass
 import torch
 
 from duet.errors import DuetError
+from duet.gepard.aligned import EOT_BACK
+from duet.nn.aligned import frame_tokens
+
+TARGETS = ("diagonal", "aligned")
 
 
 @dataclass(frozen=True)
@@ -31,10 +41,16 @@ class GuidedAttentionConfig:
     sigma: float = 0.2  # width of the diagonal band, as a fraction of the utterance
     layers: tuple[int, ...] = (1, 2)  # backbone layers whose attention is guided
     heads: int = 2  # the first this many heads of each guided layer
+    target: str = "diagonal"  # "diagonal" (no timing needed) or "aligned" (the corpus timing: attention supervision)
+    token_sigma: float = 1.0  # width of the aligned target, in text tokens
 
     def __post_init__(self) -> None:
         if self.weight < 0 or self.sigma <= 0 or self.heads < 1 or not self.layers:
             raise DuetError("guided attention needs weight >= 0, sigma > 0, heads >= 1 and at least one layer")
+        if self.target not in TARGETS:
+            raise DuetError(f"guided attention target must be one of {', '.join(TARGETS)}, not {self.target!r}")
+        if self.token_sigma <= 0:
+            raise DuetError("guided attention needs token_sigma > 0")
 
     @property
     def enabled(self) -> bool:
@@ -51,10 +67,24 @@ def diagonal_penalty(frames: torch.Tensor, text: torch.Tensor, t_max: int, s_max
     return torch.where(inside, w, torch.zeros_like(w))
 
 
+def aligned_penalty(durations: torch.Tensor, text_lengths: torch.Tensor, t_max: int, s_max: int,
+                    sigma: float) -> torch.Tensor:
+    """W (B, T, S) from ``durations`` (B, S') frames per wrapped token: 0 at each frame's own token, rising to 1
+    ``sigma`` tokens away (a Gaussian in token index); 0 past each row's text."""
+    b = durations.shape[0]
+    frames = torch.arange(t_max, device=durations.device).expand(b, -1)  # (B, T)
+    k, _, _ = frame_tokens(durations[:, :s_max], text_lengths, frames, EOT_BACK)  # (B, T)
+    s = torch.arange(s_max, device=durations.device, dtype=torch.float32)[None, None, :]
+    w = 1 - torch.exp(-((s - k[..., None].float()) ** 2) / (2 * sigma**2))  # (B, T, S)
+    inside = s < text_lengths[:, None, None]
+    return torch.where(inside, w, torch.zeros_like(w))
+
+
 def guided_attention_loss(attentions: Sequence[torch.Tensor], text_lengths: torch.Tensor,
                           audio_lengths: torch.Tensor, cfg: GuidedAttentionConfig,
-                          min_text: int = 4) -> torch.Tensor:
-    """attentions: the guided layers' weights, each (B, H, L, L) over the packed [text | audio] rows (no prefix).
+                          min_text: int = 4, durations: torch.Tensor | None = None) -> torch.Tensor:
+    """attentions: the guided layers' weights, each (B, H, L, L) over the packed [text | audio] rows (no prefix);
+    ``durations`` (B, S) frames per wrapped token, needed by the aligned target.
     -> the penalty (a scalar; 0 when no row has at least ``min_text`` text positions and one frame)."""
     a = torch.stack([att[:, : cfg.heads] for att in attentions], dim=1)  # (B, layers, h, L, L)
     b, _, _, length, _ = a.shape
@@ -69,7 +99,12 @@ def guided_attention_loss(attentions: Sequence[torch.Tensor], text_lengths: torc
     key_ok = torch.arange(s_max, device=a.device)[None, :] < text_lengths[:, None]  # (B, S)
     a = a * key_ok[:, None, None, None, :]
     a = a / a.sum(-1, keepdim=True).clamp_min(1e-8)  # attention over the text only
-    w = diagonal_penalty(audio_lengths.float(), text_lengths.float(), t_max, s_max, cfg.sigma)  # (B, T, S)
+    if cfg.target == "aligned":
+        if durations is None:
+            raise DuetError("attention supervision (target aligned) needs batches with durations (timing files)")
+        w = aligned_penalty(durations, text_lengths, t_max, s_max, cfg.token_sigma)  # (B, T, S)
+    else:
+        w = diagonal_penalty(audio_lengths.float(), text_lengths.float(), t_max, s_max, cfg.sigma)  # (B, T, S)
     per_query = (a * w[:, None, None]).sum(-1)  # (B, layers, h, T)
     frame_ok = (torch.arange(t_max, device=a.device)[None, :] < audio_lengths[:, None]) & rows[:, None]  # (B, T)
     weights = frame_ok[:, None, None, :].expand_as(per_query).float()

@@ -125,8 +125,11 @@ class GepardData(SplitFacts):
     @classmethod
     def from_shards(cls, shards: str | Path | CodeShards, manifest: str | Path | Sequence[Utterance], tokenizer,
                     cfg: GepardDataConfig, split: str = "train", model: GepardConfig | None = None,
-                    limit: int | None = None) -> "GepardData":
+                    limit: int | None = None, timed: bool | None = None) -> "GepardData":
         """Utterances of ``split`` that have codes in ``shards``; ``limit`` keeps a fixed subset (validation).
+
+        ``timed`` reads each utterance's timing file and gives every batch its durations (default: when ``model``
+        has aligned text input; attention supervision asks for it too).
 
         With ``model`` given, codes must be the model's FSQ channels and rows fit its ``max_positions``.
         """
@@ -141,10 +144,11 @@ class GepardData(SplitFacts):
 
         # with a limit, a fixed subset spread over speakers: the first ``limit`` in id-hash order
         chosen, dropped = coded_texts(manifest, split, cfg, shards, ordered=limit is not None)
-        aligned = model is not None and model.aligned is not None
+        aligned = model is not None and model.aligned is not None if timed is None else timed
         if aligned:
             if not isinstance(manifest, (str, Path)):
-                raise DuetError("aligned text input reads timing files next to the corpus: pass the manifest path")
+                raise DuetError("aligned text and attention supervision read timing files next to the corpus: "
+                                "pass the manifest path")
             timed = [_Item(t.utterance.id, t.phonemes, t.ids, t.frames, (*t.durations, 0.0))  # SOS: no frames
                      for t in timed_texts([u for u, _ in chosen], Path(manifest).parent, tokenizer, shards.frames,
                                           shards.frame_rate, dropped)]

@@ -302,7 +302,7 @@ class GepardModel(nn.Module):
         if use_guided:
             assert guided is not None
             penalty = guided_attention_loss([weights[i] for i in guided.layers], batch.text_lengths,
-                                            batch.audio_lengths, guided)
+                                            batch.audio_lengths, guided, durations=batch.durations)
             out = {**out, "loss": out["loss"] + guided.weight * penalty, "guided": penalty}
         return out
 

@@ -140,12 +140,13 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
         if len(tok) > cfg.model.backbone.vocab_size:
             raise DuetError(f"the tokenizer has {len(tok)} ids but {cfg.model.name}'s text embedding only "
                             f"{cfg.model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
-        data = GepardData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=cfg.model)
+        timed = cfg.model.aligned is not None or (cfg.guided.enabled and cfg.guided.target == "aligned")
+        data = GepardData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=cfg.model, timed=timed)
         val = None
         if cfg.data.val_items and cfg.loop.val_every:
             try:
                 val = GepardData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=cfg.model,
-                                             limit=cfg.data.val_items).batches()
+                                             limit=cfg.data.val_items, timed=timed).batches()
             except DuetError:  # a corpus without a val split: train without validation
                 val = None
         if env.is_main:
@@ -203,7 +204,10 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     add_recipe_arguments(p, sorted(PRESETS), "runs/gepard-tiny")
     p.add_argument("--no-augment", action="store_true", default=None, help="no short-register text repetition")
     p.add_argument("--guided-attention", type=float, default=None, metavar="WEIGHT",
-                   help="weight of the diagonal guided-attention loss on a few heads (duet.gepard.alignment; 0 = off)")
+                   help="weight of the guided-attention loss on a few heads (duet.gepard.alignment; 0 = off)")
+    p.add_argument("--guided-target", choices=("diagonal", "aligned"), default=None,
+                   help="what the guided heads are drawn to: the diagonal (default) or each frame's own text token "
+                        "from the corpus timing (attention supervision; needs timing files and a phoneme tokenizer)")
     p.add_argument("--text-dropout", type=float, default=None, metavar="P",
                    help="drop a row's text with probability P, training the unconditional path that CFG "
                         "(--cfg-scale at inference) needs (default: the preset's, 0)")
@@ -226,6 +230,8 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
         cfg = replace(cfg, data=replace(cfg.data, augment=False))
     if args.guided_attention is not None:
         cfg = replace(cfg, guided=replace(cfg.guided, weight=args.guided_attention))
+    if args.guided_target is not None:
+        cfg = replace(cfg, guided=replace(cfg.guided, target=args.guided_target))
     if args.text_dropout is not None:
         cfg = replace(cfg, model=replace(cfg.model, text_dropout_prob=args.text_dropout))
     if args.aligned is not None and cfg.model.aligned is None:

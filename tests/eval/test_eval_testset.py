@@ -171,3 +171,25 @@ def test_corpus_words_are_the_manifests_common_plain_words(tmp_path):
     m.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert sorted(corpus_words(m)) == ["garden"]  # 4 English uses; "gate" has 2, "the" 2
     assert sorted(corpus_words(m, min_count=2)) == ["garden", "gate", "the"]
+
+
+def test_word_set_with_a_reference_voice_has_recordings_of_each_target(tmp_path):
+    import soundfile as sf
+
+    from duet.data.presets import synth_speaker
+    from duet.eval.testset import build_word_set
+
+    plain = ["apple", "river", "garden", "window", "yellow", "basket"]
+    built = build_word_set(tmp_path / "set", count=4, words=plain, two_word_share=0.25, seed=0,
+                           reference=synth_speaker("espeak-en-us-p50-s175"))
+    items = read_meta(built.path).items
+    assert len(items) == 4
+    for it in items:
+        audio, rate = sf.read(it.gt_wav)
+        seconds = len(audio) / rate
+        assert it.gt_wav.parent == tmp_path / "set" / "gt" and 0.2 < seconds < 3.0
+    one, two = [len(sf.read(it.gt_wav)[0]) for it in items if len(it.target_text.split()) == 1], \
+        [len(sf.read(it.gt_wav)[0]) for it in items if len(it.target_text.split()) == 2]
+    assert min(two) > min(one)  # two words take longer to say than the shortest single word
+    with pytest.raises(DuetError, match="no corpus voice"):
+        synth_speaker("piper-nobody")

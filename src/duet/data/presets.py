@@ -232,3 +232,14 @@ def get_preset(name: str) -> CorpusPreset:
     if name not in PRESETS:
         raise DuetError(f"unknown corpus preset {name!r}; choose from {', '.join(PRESETS)}")
     return PRESETS[name]()
+
+
+def synth_speaker(name: str):
+    """The synthetic speaker called ``name`` in any preset (e.g. ``piper-joe``, ``festival-slt``): a renderer of
+    :mod:`duet.data.sources`, for reading new text in a corpus voice (reference recordings of an eval set)."""
+    from duet.errors import DuetError
+
+    found = {q.speaker.name: q.speaker for make in PRESETS.values() for q in make().voices}
+    if name not in found:
+        raise DuetError(f"no corpus voice is called {name!r}; choose from {', '.join(sorted(found))}")
+    return found[name]

@@ -68,6 +68,9 @@ def _register_sets_and_runs(evsub) -> None:
     build.add_argument("--split", default="test")
     build.add_argument("--language", default="en")
     build.add_argument("--max-short-words", type=int, default=2)
+    build.add_argument("--reference-voice", default=None, metavar="VOICE",
+                       help="--kind words: read every item in this corpus voice (e.g. piper-joe) as its ground "
+                            "truth, so late stops and a reference WER can be measured")
     build.add_argument("--min-prompt-s", type=float, default=2.0)
     build.add_argument("--max-prompt-s", type=float, default=10.0)
     build.add_argument("--limit", type=int, default=None, help="keep the first N targets")
@@ -143,7 +146,12 @@ def run_build_set(args: argparse.Namespace) -> int:
 
     if args.kind == "words":
         words = args.words or (corpus_words(args.manifest, args.language) if args.manifest else WORD_LIST)
-        built = build_word_set(args.out, args.limit or 100, words, seed=args.seed)
+        reference = None
+        if args.reference_voice:
+            from duet.data.presets import synth_speaker
+
+            reference = synth_speaker(args.reference_voice)
+        built = build_word_set(args.out, args.limit or 100, words, seed=args.seed, reference=reference)
         print(f"wrote {built.path}: {built.items} items")
         return 0
     if args.manifest is None:

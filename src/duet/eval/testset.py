@@ -33,7 +33,7 @@ import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -312,11 +312,12 @@ def corpus_words(manifest: str | Path, language: str = "en", min_count: int = 3)
 
 
 def build_word_set(out_dir: str | Path, count: int = 100, words: str | Path | list[str] = WORD_LIST,
-                   two_word_share: float = 0.3, seed: int = 0) -> BuiltSet:
+                   two_word_share: float = 0.3, seed: int = 0, reference=None) -> BuiltSet:
     """``count`` prompts of one word (and a ``two_word_share`` of two words) -> ``meta.lst``.
 
     ``words``: a list of words or a word-list file; only plain lower-case entries of 3-10 letters count (no names,
-    no possessives). They are drawn with a seeded generator; items have no prompt and no ground truth.
+    no possessives). They are drawn with a seeded generator; items have no prompt, and no ground truth unless
+    ``reference`` (a corpus voice's renderer) reads them (:func:`render_references`).
     """
     if count < 1:
         raise DuetError(f"a word set needs at least 1 item, got {count}")
@@ -337,4 +338,21 @@ def build_word_set(out_dir: str | Path, count: int = 100, words: str | Path | li
     texts = drawn[: count - two] + [f"{a} {b}" for a, b in zip(drawn[count - two: count], drawn[count:])]
     items = [TestItem(utt=f"word-{i:04d}", prompt_text="", prompt_wav=None, target_text=text, gt_wav=None,
                       line=i + 1) for i, text in enumerate(texts)]
+    if reference is not None:
+        items = render_references(items, Path(out_dir), reference)
     return BuiltSet(write_meta(Path(out_dir) / "meta.lst", items), len(items), {})
+
+
+def render_references(items: Sequence[TestItem], out_dir: Path, renderer) -> list[TestItem]:
+    """Each item's target read by ``renderer`` (a corpus voice, ``duet.data.sources``) into ``out_dir/gt/``, set as
+    its ground truth: a set without recordings then gets expected durations (late stops) and a reference WER."""
+    from duet.data.sources.base import RenderItem
+
+    renderer.check()
+    gt = out_dir / "gt"
+    gt.mkdir(parents=True, exist_ok=True)
+    jobs = [RenderItem(it.utt, it.target_text, str(gt / f"{it.utt}.wav")) for it in items]
+    errors = [e for e in renderer.render(jobs) if e is not None]
+    if errors:
+        raise DuetError(f"{renderer.name} could not read {len(errors)} of {len(jobs)} targets; first: {errors[0]}")
+    return [replace(it, gt_wav=Path(job.out)) for it, job in zip(items, jobs, strict=True)]

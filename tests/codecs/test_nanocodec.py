@@ -22,12 +22,21 @@ from duet.errors import DuetError, MissingDependency
 NEMO_ERROR = "NVIDIA NeMo is not installed: pip install 'duet[nemo]'"
 
 
+def test_an_untrusted_nemo_file_is_refused_before_anything_unpickles_it(tmp_path, monkeypatch):
+    path = tmp_path / "gift.nemo"
+    path.write_bytes(b"not opened")
+    for name in ("nemo", "nemo.collections", "nemo.collections.tts", "nemo.collections.tts.models"):
+        monkeypatch.setitem(sys.modules, name, None)  # nothing of NeMo is even imported on the way to the refusal
+    with pytest.raises(DuetError, match="unpickles .nemo checkpoints"):
+        NanoCodec.from_nemo(path)
+
+
 def test_missing_nemo_is_a_one_line_error(monkeypatch):
     # Simulate absence even where NeMo is installed: a None entry in sys.modules makes its import fail.
     for name in ("nemo", "nemo.collections", "nemo.collections.tts", "nemo.collections.tts.models"):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(MissingDependency) as err:
-        NanoCodec.from_nemo("nano-codec.nemo")
+        NanoCodec.from_nemo("nano-codec.nemo", trust=True)
     assert str(err.value) == NEMO_ERROR
     with pytest.raises(MissingDependency, match=r"duet\[nemo\]"):
         NanoCodec(object())
@@ -167,11 +176,11 @@ def test_decode_of_encode_and_the_fsq_views_round_trip(codec):
 def test_checkpoint_round_trip_through_restore_from(codec, model, tmp_path):
     path = tmp_path / "tiny-nanocodec.nemo"
     model.save_to(str(path))
-    restored = NanoCodec.from_nemo(path)
+    restored = NanoCodec.from_nemo(path, trust=True)
     audio, lengths = _audio(3000)
     assert torch.equal(restored.encode(audio, lengths).codes, codec.encode(audio, lengths).codes)
     with pytest.raises(DuetError, match="checkpoint not found"):
-        NanoCodec.from_nemo(tmp_path / "missing.nemo")
+        NanoCodec.from_nemo(tmp_path / "missing.nemo", trust=True)
 
 
 @needs_nemo

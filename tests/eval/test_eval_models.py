@@ -65,6 +65,19 @@ def test_wavlm_embedding_is_the_models_xvector(tiny_wavlm):
         WavLMSpeakerEncoder(tiny_wavlm / "nope").embed(audio, 16_000)
 
 
+def test_wavlm_weights_in_a_pickle_are_refused(tiny_wavlm, tmp_path):
+    import shutil
+
+    from duet.eval.speaker_wavlm import WavLMSpeakerEncoder
+
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    shutil.copy(tiny_wavlm / "config.json", pickled / "config.json")
+    (pickled / "pytorch_model.bin").write_bytes(b"a pickle would run here")  # never opened
+    with pytest.raises(DuetError, match="no .safetensors weights"):
+        WavLMSpeakerEncoder(pickled).embed(np.zeros(16_000, dtype=np.float32), 16_000)
+
+
 def test_effective_ranks_of_known_tables(tmp_path):
     from safetensors.torch import save_file
 

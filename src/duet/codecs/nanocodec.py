@@ -63,8 +63,17 @@ class NanoCodec:
         self.fsq = GroupFSQ(expect)
 
     @classmethod
-    def from_nemo(cls, path: str | Path, map_location: str = "cpu", expect: FSQConfig = FSQConfig()) -> "NanoCodec":
-        """Restore a `.nemo` checkpoint (for example NanoCodec 22 kHz 1.89 kbps 21.5 fps) and wrap it."""
+    def from_nemo(cls, path: str | Path, map_location: str = "cpu", expect: FSQConfig = FSQConfig(), *,
+                  trust: bool = False) -> "NanoCodec":
+        """Restore a `.nemo` checkpoint (for example NanoCodec 22 kHz 1.89 kbps 21.5 fps) and wrap it.
+
+        A `.nemo` file is a tar whose weights NeMo's ``restore_from`` reads with pickle, which can run any code the
+        file carries: duet refuses it unless the caller says ``trust=True`` (NVIDIA's own release, a file you
+        made). Everything else duet loads is safetensors + JSON.
+        """
+        if not trust:
+            raise DuetError(f"{Path(path).name}: NeMo unpickles .nemo checkpoints, which can run code; "
+                            "pass trust=True only for a file from a source you trust")
         model_class = _audio_codec_model_class()
         path = Path(path)
         if not path.is_file():

@@ -2,7 +2,8 @@
 
 Seed-TTS-eval's SIM uses a WavLM-large speaker-verification model. We cannot ship one, so this backend is for users
 who have such a checkpoint on disk (e.g. a ``microsoft/wavlm-base-plus-sv`` snapshot): ``--speaker wavlm:DIR``.
-The directory must hold ``config.json`` and the weights; nothing is fetched (``local_files_only``).
+The directory must hold ``config.json`` and safetensors weights (a ``pytorch_model.bin`` is refused: loading it
+would unpickle); nothing is fetched (``local_files_only``).
 
 Input: 16 kHz mono, normalised to zero mean and unit variance per utterance (``Wav2Vec2FeatureExtractor`` with
 ``do_normalize=True``, which is how the speaker-verification checkpoints were trained); a
@@ -33,13 +34,16 @@ class WavLMSpeakerEncoder:
     def _load(self):
         if not (self.path / "config.json").is_file():
             raise DuetError(f"WavLM speaker model directory {self.path} has no config.json")
+        if not any(self.path.glob("*.safetensors")):  # a pytorch_model.bin would go through torch.load (pickle)
+            raise DuetError(f"WavLM speaker model directory {self.path} has no .safetensors weights; duet never "
+                            "unpickles a .bin (convert it to safetensors where you trust it)")
         import os
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import Wav2Vec2FeatureExtractor, WavLMForXVector
 
         try:
-            model = WavLMForXVector.from_pretrained(str(self.path), local_files_only=True)
+            model = WavLMForXVector.from_pretrained(str(self.path), local_files_only=True, use_safetensors=True)
         except (OSError, ValueError) as err:
             raise DuetError(f"cannot load a WavLMForXVector from {self.path}: {err}") from err
         if (self.path / "preprocessor_config.json").is_file():

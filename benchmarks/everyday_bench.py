@@ -5,8 +5,8 @@
 
 Each model (a shipped name or an exported directory, through ``duet.load``) speaks each sentence once per seed;
 Whisper tiny.en (the bundled evaluation ASR) transcribes it; the table shows the transcript of the first seed and
-the WER (Seed-TTS-eval normalisation) averaged over seeds, and the last row the mean. The sentences are not from any
-corpus split: everyday phrases a newcomer would try first.
+the WER (Seed-TTS-eval normalisation) averaged over seeds, and the last row the mean. The sentences are in no corpus
+(the everyday register's generator leaves them out): everyday phrases a newcomer would try first.
 """
 
 from __future__ import annotations
@@ -16,14 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-SENTENCES = (
-    "Hello there.",
-    "Good morning, how are you today?",
-    "Please turn off the lights when you leave the room.",
-    "The weather is nice, so we are going for a walk.",
-    "Can you tell me where the train station is?",
-    "Thank you very much for your help.",
-)
+from duet.data.everyday import PROBES as SENTENCES  # never planned into a corpus (duet.data.everyday)
 
 
 def main(argv: list[str] | None = None) -> int:

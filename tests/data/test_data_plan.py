@@ -147,8 +147,29 @@ def test_a_larger_quota_keeps_every_earlier_pick():
     from dataclasses import replace
 
     preset = get_preset("joe")
-    small = replace(preset, voices=(replace(preset.voices[0], sentences=300, short=0),))
-    big = replace(preset, voices=(replace(preset.voices[0], sentences=600, short=0),))
+    small = replace(preset, voices=(replace(preset.voices[0], sentences=300, short=0, everyday=0),))
+    big = replace(preset, voices=(replace(preset.voices[0], sentences=600, short=0, everyday=0),))
     texts_small = [u.text for u in plan_corpus(small).utterances]
     texts_big = [u.text for u in plan_corpus(big).utterances]
     assert texts_big[:300] == texts_small and len(set(texts_big)) == 600
+
+
+def test_the_everyday_register_is_planned_after_everything_else_and_never_holds_a_probe():
+    from dataclasses import replace
+
+    from duet.data.everyday import PROBES, everyday_sentences
+
+    preset = get_preset("joe")
+    quota = preset.voices[0]
+    assert quota.everyday > 0
+    without = plan_corpus(replace(preset, voices=(replace(quota, everyday=0),))).utterances
+    full = plan_corpus(preset).utterances
+    assert [u.id for u in full[: len(without)]] == [u.id for u in without]  # nothing already rendered moves
+    added = full[len(without):]
+    assert {u.text_source for u in added} == {"everyday"} and len(added) <= quota.everyday
+    assert not {u.text for u in full} & set(PROBES)
+    assert sum("hello" in u.text.lower() for u in added) >= 20  # what the books never say
+    assert everyday_sentences(50) == everyday_sentences(200)[:50]  # a quota grows without replanning
+    es = tiny().voices[-1]
+    with pytest.raises(ValueError, match="English only"):
+        plan_corpus(replace(tiny(), voices=(replace(es, everyday=3),)))

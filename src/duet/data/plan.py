@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from duet.data.everyday import everyday_sentences
 from duet.data.manifest import assign_split
 from duet.data.sources.asterisk import AsteriskPrompts, list_prompts
 from duet.data.sources.base import Renderer
@@ -24,18 +25,20 @@ from duet.data.sources.flite import FliteSpeaker
 from duet.data.sources.piper import PiperSpeaker
 from duet.data.sources.pocketsphinx import PocketsphinxTestdata, list_recordings
 from duet.data.sources.recorded import RecordedSpeaker
-from duet.data.text_sources import WORDS, classic_source, sentence_pool, short_utterances, sourced_pool
+from duet.data.text_sources import EVERYDAY, WORDS, classic_source, sentence_pool, short_utterances, sourced_pool
 
 SynthSpeaker = FestivalSpeaker | EspeakSpeaker | FliteSpeaker | PiperSpeaker
 
 
 @dataclass(frozen=True)
 class SpeakerQuota:
-    """How much one synthetic speaker reads: `sentences` from its language's pool, `short` 1-2 word items."""
+    """How much one synthetic speaker reads: `sentences` from its language's pool, `short` 1-2 word items and
+    `everyday` conversational sentences (greetings, requests, questions: `duet.data.everyday`)."""
 
     speaker: SynthSpeaker
     sentences: int
     short: int = 0  # English only: the short register comes from an English word list
+    everyday: int = 0  # English only; planned after the other items, so adding them replans nothing else
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,10 @@ def plan_corpus(preset: CorpusPreset, seed: int = 0) -> Plan:
         picked = _pick_sentences(preset, spk.language, quota.sentences, seed, rng)
         if quota.short:
             picked += [(text, WORDS) for text in rng.sample(short, min(quota.short, len(short)))]
+        if quota.everyday:
+            if spk.language != "en":
+                raise ValueError(f"{spk.name}: the everyday register is English only, got {spk.language}")
+            picked += [(text, EVERYDAY) for text in everyday_sentences(quota.everyday, seed)]
         for text, text_source in _first_of_each(picked):
             add(_text_id(spk.name, text), text, spk, text_source=text_source)
 

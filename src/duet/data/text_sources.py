@@ -338,6 +338,7 @@ def sentence_pool(language: str, seed: int, n_templates: int = 0) -> tuple[str, 
 
 
 FORTUNES, TEMPLATES, WORDS = "fortunes", "templates", "words"  # text_source names of the first corpus's texts
+EVERYDAY = "everyday"  # duet.data.everyday: greetings, requests, questions
 
 
 @cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -277,14 +278,19 @@ def test_aligned_data_reads_timing_and_lays_out_every_frame(corpus, tmp_path):
     assert torch.isfinite(out["loss"]) and out["duration"] > 0
 
 
-def test_aligned_flag_trains_and_exports(corpus, tmp_path):
-    manifest, shards, _ = corpus
+def train_on_timed_copy(corpus, tmp_path, *flags: str) -> Path:
+    """Two steps of gepard-tiny with ``flags`` on a copy of the fake corpus that has timing files -> the run dir."""
+    manifest, _, _ = corpus
     root = timed_copy(manifest, tmp_path / "corpus", {u[0] for u in UTTERANCES}).parent
     run = tmp_path / "run"
     assert main(["gepard", "--preset", "gepard-tiny", "--shards", str(root / "codes"), "--manifest",
-                 str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--aligned", "1",
-                 "--batch-frames", "200", "--val-every", "0", "--tokenizer", "train-phoneme-bpe", "--bpe-vocab",
-                 "300", "--quiet"]) == 0
+                 str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", *flags, "--batch-frames", "200",
+                 "--val-every", "0", "--tokenizer", "train-phoneme-bpe", "--bpe-vocab", "300", "--quiet"]) == 0
+    return run
+
+
+def test_aligned_flag_trains_and_exports(corpus, tmp_path):
+    run = train_on_timed_copy(corpus, tmp_path, "--aligned", "1")
     cfg = config_from_json(json.loads((run / "config.json").read_text()))
     assert cfg.model.aligned is not None and cfg.model.aligned.window == 1
     assert any("duration" in r for r in read_metrics(run / "metrics.jsonl"))
@@ -304,13 +310,7 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
 
 
 def test_attention_supervision_flag_trains_a_stock_model_on_the_timing(corpus, tmp_path):
-    manifest, shards, _ = corpus
-    root = timed_copy(manifest, tmp_path / "corpus", {u[0] for u in UTTERANCES}).parent
-    run = tmp_path / "run"
-    assert main(["gepard", "--preset", "gepard-tiny", "--shards", str(root / "codes"), "--manifest",
-                 str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--guided-attention", "2",
-                 "--guided-target", "aligned", "--batch-frames", "200", "--val-every", "0", "--tokenizer",
-                 "train-phoneme-bpe", "--bpe-vocab", "300", "--quiet"]) == 0
+    run = train_on_timed_copy(corpus, tmp_path, "--guided-attention", "2", "--guided-target", "aligned")
     cfg = config_from_json(json.loads((run / "config.json").read_text()))
     assert cfg.model.aligned is None  # the architecture stays stock
     assert (cfg.guided.target, cfg.guided.weight) == ("aligned", 2.0)

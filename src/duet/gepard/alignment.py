@@ -69,8 +69,8 @@ def diagonal_penalty(frames: torch.Tensor, text: torch.Tensor, t_max: int, s_max
 
 def aligned_penalty(durations: torch.Tensor, text_lengths: torch.Tensor, t_max: int, s_max: int,
                     sigma: float) -> torch.Tensor:
-    """W (B, T, S) from ``durations`` (B, S') frames per wrapped token: 0 at each frame's own token, rising to 1
-    ``sigma`` tokens away (a Gaussian in token index); 0 past each row's text."""
+    """W (B, T, S) from ``durations`` (B, S') frames per wrapped token: 0 at each frame's own token, rising towards
+    1 away from it (one minus a Gaussian of width ``sigma`` tokens); 0 past each row's text."""
     b = durations.shape[0]
     frames = torch.arange(t_max, device=durations.device).expand(b, -1)  # (B, T)
     k, _, _ = frame_tokens(durations[:, :s_max], text_lengths, frames, EOT_BACK)  # (B, T)

@@ -66,8 +66,8 @@ def festival_word_starts(voice: str, texts: list[str]) -> list[tuple[list[float]
 
 def token_word_starts(tokenizer, text: str) -> list[int] | None:
     """Index of the first token of each IPA word of ``text`` in the wrapped [SOT, tokens..., EOT] sequence."""
-    from duet.data.utterances import prepare_input
     from duet.text.phonemes import surface
+    from duet.text.prompts import prepare_input
 
     prepared = prepare_input(text, "en", True)
     ipa = surface(tokenizer, prepared)
@@ -92,11 +92,11 @@ def token_word_starts(tokenizer, text: str) -> list[int] | None:
 
 def main(argv: list[str] | None = None) -> int:
     from duet.data.manifest import audio_path, read_manifest
-    from duet.data.utterances import prepare_input
     from duet.luna.align import read_alignments
     from duet.luna.data import duration_targets, token_weights
     from duet.text import get_tokenizer
     from duet.text.phonemes import surface
+    from duet.text.prompts import prepare_input
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--alignments", required=True)

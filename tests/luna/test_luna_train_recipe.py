@@ -15,11 +15,12 @@ from duet.data.shards import CodeShards
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.luna.config import PRESETS
-from duet.luna.data import LunaData, LunaDataConfig, encode_text, token_weights
+from duet.luna.data import LunaData, LunaDataConfig, token_weights
 from duet.luna.model import LunaInputs
 from duet.luna.shipped import load_luna
 from duet.luna.train import LunaTrainConfig, config_from_json, config_to_json, export_luna, main, recipe, train_luna
 from duet.text import get_tokenizer
+from duet.text.prompts import luna_prompt
 from duet.text.tokens import service_ids
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
@@ -98,7 +99,7 @@ def test_a_batch_holds_wrapped_text_and_frame_major_grids(corpus):
                 item = data.items[index]
                 s, t = int(inputs.text_lengths[row]), int(inputs.target_lengths[row])
                 ids = inputs.text_ids[row, :s].tolist()
-                assert ids == encode_text(item.text, tok, normalize=False)  # inference wraps the same way
+                assert ids == luna_prompt(item.text, tok, normalize=False)  # inference wraps the same way
                 assert ids[0] == service.sot and ids[-1] == service.eot
                 assert torch.equal(inputs.target[row, :t], codes[item.id].long().T)  # (T, Q)
                 assert bool((inputs.target[row, t:] == K).all())  # padding holds the mask id
@@ -157,7 +158,7 @@ def test_train_resume_export_load(corpus, tmp_path):
     assert got.keys() == trained.keys() and any(k.startswith("duration.") for k in got)
     assert all(torch.equal(got[k], trained[k].half().float()) for k in got)  # fp16 on disk, float32 back
     assert loaded.info["step"] == read_state(best)["step"] and loaded.info["preset"] == "micro"
-    ids = encode_text("Thank you.", loaded.tokenizer)
+    ids = luna_prompt("Thank you.", loaded.tokenizer)
     text, lengths = torch.tensor([ids]), torch.tensor([len(ids)])
     assert int(loaded.bundle.duration.predict_frames(text, lengths)[0]) >= 1
     grid = torch.full((1, 5, Q), K)
@@ -304,7 +305,7 @@ def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
     assert main(["luna-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
     speaker = LunaSpeaker.from_pretrained(tmp_path / "ship", codec="duet-rvq")
     assert speaker.model.config.is_aligned
-    ids = encode_text("the quick", speaker.tokenizer)
+    ids = luna_prompt("the quick", speaker.tokenizer)
     layout = speaker.layout(ids, 30)  # the predictor's durations stretched over the 30 frames asked for
     assert layout.shape == (1, len(ids)) and float(layout.sum()) == pytest.approx(30.0, rel=1e-5)
     cloned = speaker.layout(ids, 30, prompt_tokens=2, prompt_frames=12)

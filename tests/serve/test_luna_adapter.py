@@ -24,7 +24,6 @@ from serve_testing import drive
 from checkpoint_testing import write_tiny_luna
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
-from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, maskgit_decode
 from duet.luna.duration import total_frames
 from duet.luna.model import LunaInputs
@@ -36,6 +35,7 @@ from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
 from duet.serve.luna_adapter import LunaAdapter, load_luna_adapter
 from duet.serve.sampling import SamplingParams
+from duet.text.prompts import luna_prompt
 from duet.tts.luna import LunaSpeaker
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."
@@ -58,7 +58,7 @@ def reference(model_dir):
 
 
 def predicted_frames(loaded, text: str, speed: float = 1.0) -> int:
-    ids = encode_text(text, loaded.tokenizer)
+    ids = luna_prompt(text, loaded.tokenizer)
     text_ids, lengths = torch.tensor([ids]), torch.tensor([len(ids)])  # (1, S), (1,)
     return int(total_frames(loaded.bundle.duration.token_durations(text_ids, lengths), lengths, speed)[0])
 
@@ -67,7 +67,7 @@ def offline_grid(loaded, text: str, seed: int, steps: int, temperature: float = 
                  speed: float = 1.0) -> torch.Tensor:
     """maskgit_decode of one request alone -> codes (Q, T), as duet.tts.luna decodes one piece."""
     model = loaded.bundle.acoustic
-    ids = encode_text(text, loaded.tokenizer)
+    ids = luna_prompt(text, loaded.tokenizer)
     T, Q, mask = predicted_frames(loaded, text, speed), model.config.num_codebooks, model.config.mask_id
     empty = torch.full((1, T, Q), mask)  # (1, T, Q)
     inputs = LunaInputs(torch.tensor([ids]), torch.tensor([len(ids)]), empty, torch.tensor([T]))
@@ -111,7 +111,7 @@ def test_solo_request_through_the_engine_equals_maskgit_decode_and_the_speaker(a
     finals = recording(adapter, monkeypatch)
     req = request(MID, seed=7, steps=6)
     T = predicted_frames(reference, MID)
-    assert adapter.frame_bound(req) == T and adapter.prompt_positions(req) == len(encode_text(MID, reference.tokenizer))
+    assert adapter.frame_bound(req) == T and adapter.prompt_positions(req) == len(luna_prompt(MID, reference.tokenizer))
     with Engine(adapter) as engine:
         audio, finish = engine.submit(req).collect(timeout=120)
         assert engine.stats().steps == 6  # one engine step per refinement step

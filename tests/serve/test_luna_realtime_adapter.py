@@ -29,7 +29,6 @@ from serve_testing import drive
 from checkpoint_testing import write_tiny_luna_realtime
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
-from duet.luna.data import encode_text
 from duet.luna.stream import StreamConfig, collect, stream_speech
 from duet.serve.adapter import ModelAdapter, SynthesisRequest
 from duet.serve.api import create_app
@@ -38,6 +37,7 @@ from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
 from duet.serve.luna_realtime_adapter import LunaRealtimeAdapter, load_luna_realtime_adapter
 from duet.serve.sampling import SamplingParams
+from duet.text.prompts import luna_prompt
 from duet.tts.luna_realtime import BOUND, STOP, RealtimeSpeaker
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."
@@ -114,7 +114,7 @@ def test_is_a_model_adapter_and_the_cli_knows_it(adapter):
 def test_solo_request_through_the_engine_equals_the_speaker_at_its_bound(adapter, speaker, monkeypatch):
     log = recording(adapter, monkeypatch)
     req = request(MID, seed=7, steps=3)
-    ids = encode_text(MID, speaker.tokenizer)
+    ids = luna_prompt(MID, speaker.tokenizer)
     bound = speaker.bound_for(ids)
     assert adapter.frame_bound(req) == bound and adapter.prompt_positions(req) == len(ids)
     with Engine(adapter) as engine:
@@ -172,7 +172,7 @@ def test_requests_joining_at_different_steps_each_equal_their_solo_run(adapter, 
     # and the capped request is the offline stream cut at 10 frames
     capped = jobs[1][1]
     cfg = StreamConfig(decode=replace(speaker.config.stream.decode, steps=3, temperature=0.7, top_k=8), max_frames=10)
-    ids = torch.tensor(encode_text(LONG, speaker.tokenizer))
+    ids = torch.tensor(luna_prompt(LONG, speaker.tokenizer))
     expected = collect(stream_speech(speaker.model, ids, None, cfg, None, torch.Generator().manual_seed(2))).codes
     assert expected.shape[1] == 10 and torch.equal(batched[1], expected), capped.text
 
@@ -191,7 +191,7 @@ def test_batched_engine_audio_equals_solo_audio(adapter):
 def test_end_of_speech_at_once_stops_with_no_frames(tmp_path_factory, adapter):
     model_dir = write(tmp_path_factory, "at-once", 20.0)
     speaker = RealtimeSpeaker.from_pretrained(model_dir)
-    floor = speaker.floor_for(encode_text(MID, speaker.tokenizer))
+    floor = speaker.floor_for(luna_prompt(MID, speaker.tokenizer))
     with Engine(LunaRealtimeAdapter(speaker)) as engine:  # the default floor: speech until floor_for, then the end
         _, finish = engine.submit(request(MID, seed=0, steps=3)).collect(timeout=60)
     assert finish.reason == "stop" and finish.frames == floor > BK

@@ -18,7 +18,7 @@ import torch
 from checkpoint_testing import write_tiny_gepard
 from duet.cli import main
 from duet.errors import DuetError
-from duet.luna.data import encode_text
+from duet.text.prompts import luna_prompt
 from duet.tts.luna_edit import span_frames_of
 
 TEXT = "Good morning."
@@ -37,7 +37,7 @@ def _grid(luna_speaker, audio: np.ndarray) -> torch.Tensor:
 
 
 def _predicted(luna_speaker, text: str) -> float:
-    ids = encode_text(text, luna_speaker.tokenizer)
+    ids = luna_prompt(text, luna_speaker.tokenizer)
     return float(luna_speaker.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
 
 
@@ -60,7 +60,7 @@ def test_a_retake_keeps_the_codes_outside_the_span_and_matches_the_grid_level_ed
     assert edited.span_seconds == pytest.approx((a / fps, b / fps))
     assert torch.equal(edited.grid[:a], before[:a]) and torch.equal(edited.grid[b:], before[b:])
     assert not torch.equal(edited.grid[a:b], before[a:b])  # random weights: the regenerated codes differ
-    ids = torch.tensor(encode_text(TEXT, luna_speaker.tokenizer))
+    ids = torch.tensor(luna_prompt(TEXT, luna_speaker.tokenizer))
     expected = edit(luna_speaker.model, ids, before, (a, b), b - a, replace(luna_speaker.config.decode, steps=4),
                     generator=torch.Generator().manual_seed(4))
     assert torch.equal(edited.grid, expected.grid)

@@ -85,12 +85,12 @@ def test_cfg_runs_the_unconditional_pass(tmp_path):
     sampler's own two-pass run with the prompt's unconditional twin (the formula is tested in test_generate)."""
     import torch
 
-    from duet.gepard.data import encode_prompt
     from duet.gepard.generate import stream
     from duet.gepard.model import GepardPrompt
+    from duet.text.prompts import gepard_prompt
 
     speaker = _bounded(duet.load(write_tiny_gepard(tmp_path, text_dropout_prob=0.1)), frames=8)
-    ids = encode_prompt("Hello there.", speaker.tokenizer, language="en")
+    ids = gepard_prompt("Hello there.", speaker.tokenizer, language="en")
     prompt = GepardPrompt(torch.tensor([ids]))
 
     def frames(w: float) -> torch.Tensor:

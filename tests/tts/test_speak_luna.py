@@ -18,7 +18,7 @@ import duet
 from checkpoint_testing import write_tiny_gepard
 from duet.cli import main
 from duet.errors import DuetError
-from duet.luna.data import encode_text
+from duet.text.prompts import luna_prompt
 from duet.tts import MODELS
 from duet.tts.luna import LunaSpeaker
 
@@ -30,7 +30,7 @@ def gepard_dir(tmp_path_factory):
 
 
 def _frames(luna_speaker, text: str, speed: float = 1.0) -> int:
-    return luna_speaker.frames_for(encode_text(text, luna_speaker.tokenizer), speed)[0]
+    return luna_speaker.frames_for(luna_prompt(text, luna_speaker.tokenizer), speed)[0]
 
 
 def _text(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,7 +56,7 @@ def test_load_dispatches_on_the_config_type_and_luna_tiny_is_a_known_name(luna_s
 
 def test_length_comes_from_the_duration_predictor_and_speed_scales_it(luna_speaker):
     text = "Hello there."
-    ids = encode_text(text, luna_speaker.tokenizer)
+    ids = luna_prompt(text, luna_speaker.tokenizer)
     expected = float(luna_speaker.duration.token_durations(*_text(ids)).sum())
     frames = _frames(luna_speaker, text)
     assert frames == round(expected) > 0 and luna_speaker.frames_for(ids) == (frames, "length")
@@ -150,7 +150,7 @@ def test_voice_prompt_holds_the_clips_codes_and_its_pace(luna_speaker):
     vp = luna_speaker.voice_prompt(clip, "  Good morning. ")
     codes = luna_speaker.codec.encode(torch.from_numpy(clip)[None]).codes[0]  # (Q, P)
     assert torch.equal(vp.grid, codes.T) and vp.text == "Good morning."
-    predicted = float(luna_speaker.duration.token_durations(*_text(encode_text("Good morning.", luna_speaker.tokenizer))).sum())
+    predicted = float(luna_speaker.duration.token_durations(*_text(luna_prompt("Good morning.", luna_speaker.tokenizer))).sum())
     assert vp.pace == pytest.approx(min(2.0, max(0.5, codes.shape[1] / round(predicted))))
 
 
@@ -167,8 +167,8 @@ def test_cloning_decodes_transcript_plus_text_after_the_prompt_grid_as_infill_cl
 
     monkeypatch.setattr(luna_speaker.model, "forward", spy)
     speech = luna_speaker.speak("Hello there.", seed=5, steps=8, prompt=vp)
-    ids = encode_text("Good morning. Hello there.", luna_speaker.tokenizer)
-    predicted = float(luna_speaker.duration.token_durations(*_text(encode_text("Hello there.", luna_speaker.tokenizer))).sum())
+    ids = luna_prompt("Good morning. Hello there.", luna_speaker.tokenizer)
+    predicted = float(luna_speaker.duration.token_durations(*_text(luna_prompt("Hello there.", luna_speaker.tokenizer))).sum())
     frames = round(predicted * vp.pace)
     assert seen and torch.equal(seen[0].prompt[0], vp.grid) and seen[0].text_ids[0].tolist() == ids
     assert speech.audio.shape == (frames * luna_speaker.codec.samples_per_frame,)

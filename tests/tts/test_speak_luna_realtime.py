@@ -18,7 +18,7 @@ import duet
 from checkpoint_testing import write_tiny_gepard, write_tiny_luna_realtime
 from duet.cli import main
 from duet.errors import DuetError
-from duet.luna.data import encode_text
+from duet.text.prompts import luna_prompt
 from duet.tts import MODELS
 from duet.tts.luna_realtime import RealtimeSpeaker
 
@@ -53,7 +53,7 @@ def test_stream_hands_out_each_block_and_equals_speak(speaker):
 
 def test_the_bound_follows_the_duration_predictor(model_dir):
     speaker = duet.load(model_dir)  # max_frames 750, bound_factor 2
-    ids = encode_text("Good morning.", speaker.tokenizer)
+    ids = luna_prompt("Good morning.", speaker.tokenizer)
     predicted = float(speaker.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
     bound = speaker.bound_for(ids)
     assert bound == int(np.ceil(2 * predicted)) + 4 < 750
@@ -139,7 +139,7 @@ def test_no_end_before_the_floor(tmp_path):
     block boundaries (blocks of 4); the engine adapter's floor: tests/serve/test_luna_realtime_adapter.py."""
     speaker = duet.load(write_tiny_luna_realtime(tmp_path, end_bias=20.0))
     speaker.config = replace(speaker.config, floor_factor=0.75)
-    ids = encode_text("Good morning.", speaker.tokenizer)
+    ids = luna_prompt("Good morning.", speaker.tokenizer)
     floor = speaker.floor_for(ids)
     assert floor == int(np.floor(0.75 * speaker.predicted_frames(ids))) and floor % 4 != 0 and floor > 4
     ended: list[str] = []

@@ -3,8 +3,8 @@
 Shared by every family's data module (``duet.gepard.data``, ``duet.luna.data``), so that training and inference read
 text the same way whichever model speaks it:
 
-- ``prepare_input``: English text normalisation (``duet.text.normalize``) for languages ``en*``; other languages
-  pass through as written (the normaliser is English-only);
+- ``prepare_text``: the utterance's text through ``duet.text.prompts.prepare_input`` (English normalisation for
+  languages ``en*``; others as written), as inference prepares a request's text;
 - ``select_utterances``: one split, optionally only some languages, optionally a fixed subset spread over speakers
   (validation: the first ``limit`` in id-hash order);
 - ``coded_texts``: a split's utterances that have codes and something to say, with their prepared text, and
@@ -23,22 +23,12 @@ from typing import Protocol, Sequence
 
 from duet.data.manifest import Utterance, read_manifest
 from duet.errors import DuetError
-from duet.text.normalize import normalize_text
+from duet.text.prompts import prepare_input
 
 
 class TextSelection(Protocol):
     languages: tuple[str, ...]  # keep only manifest languages starting with one of these; () = all
     normalize: bool  # English text normalisation (numbers, money, abbreviations -> words)
-
-
-def is_english(language: str) -> bool:
-    return language == "en" or language.startswith("en-")
-
-
-def prepare_input(text: str, language: str = "en", normalize: bool = True) -> str:
-    """Text as a model reads it: stripped, and normalised when English (and ``normalize``)."""
-    text = text.strip()
-    return normalize_text(text) if normalize and is_english(language) else text
 
 
 def prepare_text(utt: Utterance, cfg: TextSelection) -> str:

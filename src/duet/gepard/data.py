@@ -3,7 +3,7 @@ length-bucketed batches.
 
 One utterance::
 
-    manifest text --normalize (English)--> --[train: short-register repetition]--> tokenizer --> wrap_text
+    manifest text --normalize (English)--> --[train: short-register repetition]--> tokenizer --> wrap_ids
                                                                                      [SOT, ids..., EOT, SOS]
     shard codes (G=8, T) packed --GroupFSQ.unfold--> (C=32, T) channel codes (Gepard §2.3: 2016 = 8*7*6*6)
 
@@ -49,8 +49,6 @@ from duet.data.token_timing import timed_texts
 from duet.data.utterances import (
     SplitFacts,
     coded_texts,
-    is_english,
-    prepare_input,
     prepare_text,
     select_utterances,
     train_tokenizer,
@@ -58,13 +56,12 @@ from duet.data.utterances import (
 )
 from duet.errors import DuetError
 from duet.gepard.config import GepardConfig
-from duet.gepard.model import GepardBatch, collate, wrap_text
+from duet.gepard.model import GepardBatch, collate
 from duet.text.augment import RepetitionConfig, augment_text
+from duet.text.prompts import wrap_ids
 from duet.text.tokens import service_ids
 
-# Shared with Luna (duet.data.utterances); re-exported here, where Gepard's callers have always found them.
-__all__ = ["GepardData", "GepardDataConfig", "encode_prompt", "is_english", "prepare_text", "select_utterances",
-           "train_tokenizer", "training_texts"]
+__all__ = ["GepardData", "GepardDataConfig", "prepare_text", "select_utterances", "train_tokenizer", "training_texts"]
 
 
 @dataclass(frozen=True)
@@ -83,12 +80,6 @@ class GepardDataConfig:
     def __post_init__(self) -> None:
         if self.batch_frames < 1 or self.max_batch_size < 1 or self.max_frames < 1 or self.bucket_width < 1:
             raise DuetError("batch_frames, max_batch_size, max_frames and bucket_width must be positive")
-
-
-def encode_prompt(text: str, tokenizer, *, language: str = "en", normalize: bool = True) -> list[int]:
-    """What inference feeds the model for ``text``: prepared as in training, tokenised, wrapped in SOT/EOT/SOS."""
-    text = prepare_input(text, language, normalize)
-    return wrap_text(tokenizer.encode(text, add_special_tokens=False), service_ids(tokenizer))
 
 
 @dataclass(frozen=True)
@@ -191,7 +182,7 @@ class GepardData(SplitFacts):
                 text = augment_text(item.text, rng, self.cfg.repetition)
                 if text != item.text:
                     ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
-            rows.append((wrap_text(ids, self.service), self.channels(item.id)))
+            rows.append((wrap_ids(ids, self.service, start_of_speech=True), self.channels(item.id)))
             durations.append(item.durations)
         aligned = all(d is not None for d in durations)
         return collate(rows, pad_id=self.service.pad, durations=durations if aligned else None)

@@ -53,16 +53,11 @@ IGNORE = -100  # label of a position that is not scored
 NUM_SERVICE_TOKENS = 3  # SOT, EOT, SOS around the text (Gepard §4.1.1: "service SOT/EOT/SOS tokens")
 
 
-def wrap_text(token_ids: Sequence[int], service) -> list[int]:
-    """[SOT, *text, EOT, SOS]; ``service`` is ``duet.text.tokens.service_ids(tokenizer)`` (ids never hard-coded)."""
-    return [service.sot, *token_ids, service.eot, service.sos]
-
-
 @dataclass(frozen=True)
 class GepardBatch:
     """A right-padded training batch.
 
-    text_ids (B, S) int64: wrapped text (see :func:`wrap_text`), padding after ``text_lengths`` (any valid id).
+    text_ids (B, S) int64: wrapped text [SOT, text, EOT, SOS] (``duet.text.prompts``), padding after ``text_lengths`` (any valid id).
     codes (B, C, T) int64: channel codes (``GroupFSQ.unfold`` of the packed tokens), padding after
     ``audio_lengths`` (ignored; any value). prefix (B, K, D) float or None. durations (B, S) float frames per
     wrapped token (aligned text input, ``duet.gepard.aligned``; 0 past ``text_lengths``) or None.

@@ -10,7 +10,7 @@ One utterance::
 
 Text is prepared exactly as for Gepard (``duet.data.utterances``: English normalisation for ``en*`` manifest
 languages, others as written) and wrapped in SOT/EOT; no SOS, because nothing autoregressive follows (the target's
-own embeddings mark where audio starts). Inference wraps the same way (:func:`encode_text`).
+own embeddings mark where audio starts). Inference wraps the same way (``duet.text.prompts.luna_prompt``).
 
 Duration targets. The report supervises the duration predictor with forced-alignment durations. With
 ``LunaDataConfig.alignments`` (a file from ``duet data align``, ``duet.luna.align``: a monotonic alignment search
@@ -46,13 +46,14 @@ from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
 from duet.data.token_timing import timed_texts
-from duet.data.utterances import SplitFacts, coded_texts, prepare_input
+from duet.data.utterances import SplitFacts, coded_texts
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBatch
 from duet.luna.config import LunaConfig
 from duet.luna.duration import spread_frames
 from duet.luna.model import collate, pad_right
 from duet.text.phonemes import surface
+from duet.text.prompts import wrap_ids
 from duet.text.tokens import service_ids
 
 
@@ -71,17 +72,6 @@ class LunaDataConfig:
     def __post_init__(self) -> None:
         if self.batch_frames < 1 or self.max_batch_size < 1 or self.max_frames < 1 or self.bucket_width < 1:
             raise DuetError("batch_frames, max_batch_size, max_frames and bucket_width must be positive")
-
-
-def wrap_text(token_ids: Sequence[int], service) -> list[int]:
-    """[SOT, *text, EOT]; ``service`` is ``duet.text.tokens.service_ids(tokenizer)`` (ids never hard-coded)."""
-    return [service.sot, *token_ids, service.eot]
-
-
-def encode_text(text: str, tokenizer, *, language: str = "en", normalize: bool = True) -> list[int]:
-    """What inference feeds Luna for ``text``: prepared as in training, tokenised, wrapped in SOT/EOT."""
-    text = prepare_input(text, language, normalize)
-    return wrap_text(tokenizer.encode(text, add_special_tokens=False), service_ids(tokenizer))
 
 
 def token_weights(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
@@ -203,7 +193,7 @@ class LunaData(SplitFacts):
         texts, grids, durations = [], [], []
         for i in indices:
             item = self.items[i]
-            texts.append(torch.tensor(wrap_text(item.ids, self.service), dtype=torch.long))  # (S_i,)
+            texts.append(torch.tensor(wrap_ids(item.ids, self.service, start_of_speech=False), dtype=torch.long))  # (S_i,)
             grids.append(self.grid(item.id))  # (T_i, Q)
             durations.append(torch.tensor(item.targets()))  # (S_i,) int64 counts, or float timing
         timed = all(d.dtype.is_floating_point for d in durations)

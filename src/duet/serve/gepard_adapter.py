@@ -70,10 +70,10 @@ class GepardServeConfig:
 
 def text_encoder(tokenizer) -> Callable[[SynthesisRequest], list[int]]:
     """request -> [SOT, *text ids, EOT, SOS], the text prepared as in training (``duet.gepard.data``)."""
-    from duet.gepard.data import encode_prompt
+    from duet.text.prompts import gepard_prompt
 
     def encode(request: SynthesisRequest) -> list[int]:
-        return encode_prompt(request.text, tokenizer)
+        return gepard_prompt(request.text, tokenizer)
 
     return encode
 
@@ -126,6 +126,14 @@ def check_gepard_request(request: SynthesisRequest, name: str, voices: Sequence[
         raise InvalidRequest(f"{name} has no speed control; use speed 1.0", param="speed")
 
 
+def check_predicted_length(frames: float, max_frames: int, frame_rate: float) -> None:
+    """An aligned model knows how long a text will be: refuse one longer than a request can hold."""
+    if frames > max_frames:
+        raise InvalidRequest(f"this text needs about {frames / frame_rate:.0f} s of speech, more than the "
+                             f"{max_frames / frame_rate:.0f} s one request can hold; split it into shorter requests",
+                             param="input", code="context_length_exceeded")
+
+
 @dataclass(eq=False)
 class GepardAdapter:
     """Implements ``duet.serve.adapter.ModelAdapter`` for a :class:`GepardModel` and a packed-token codec."""
@@ -167,11 +175,7 @@ class GepardAdapter:
             ids = torch.tensor([self.encode_text(request)], dtype=torch.long, device=self._device)  # (1, S)
             lengths = torch.tensor([ids.shape[1]], device=self._device)
             frames = float(self.model.duration.predict(ids, lengths, request.speed).sum())
-            if frames > self.max_frames:
-                raise InvalidRequest(
-                    f"this text needs about {frames / self.codec.frame_rate:.0f} s of speech, more than the "
-                    f"{self.max_frames / self.codec.frame_rate:.0f} s one request can hold; split it into shorter "
-                    "requests", param="input", code="context_length_exceeded")
+            check_predicted_length(frames, self.max_frames, self.codec.frame_rate)
         limit = self.model.config.backbone.max_positions
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request))
         if need > limit:

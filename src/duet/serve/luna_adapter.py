@@ -57,13 +57,13 @@ import torch
 
 from duet.codecs.base import Codec
 from duet.errors import DuetError
-from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, cells_to_generate, maskgit_step
 from duet.luna.duration import DurationPredictor, fit_durations, total_frames
 from duet.luna.model import LunaInputs, LunaModel, pad_right
 from duet.serve.adapter import StepOutput, SynthesisRequest, restoring_generators
 from duet.serve.errors import InvalidRequest
 from duet.serve.sampling import SamplingParams
+from duet.text.prompts import luna_prompt
 from duet.tts.luna import LunaSpeakConfig
 
 # --- shared with the Luna Realtime adapter (luna_realtime_adapter.py) ---------------------------------------------
@@ -226,7 +226,7 @@ class LunaAdapter:
             raise InvalidRequest("the text is empty", param="input")
         if not (math.isfinite(request.speed) and request.speed > 0):
             raise InvalidRequest(f"speed must be a positive number, got {request.speed}", param="speed")
-        ids = encode_text(request.text, self.tokenizer, language=self.config.language)
+        ids = luna_prompt(request.text, self.tokenizer, language=self.config.language)
         text = torch.tensor([ids], dtype=torch.long, device=self._device)  # (1, S)
         lengths = torch.tensor([len(ids)], device=self._device)  # (1,)
         durations = self.duration.token_durations(text, lengths)  # (1, S) expected frames per token

@@ -58,13 +58,13 @@ from typing import Sequence
 import torch
 
 from duet.errors import DuetError
-from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, guide, unmask_step
 from duet.luna.stream import KVBlockSession, end_frame
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
 from duet.serve.luna_adapter import PerRequest, refuse_unsupported, request_decode_config
 from duet.serve.sampling import SamplingParams
+from duet.text.prompts import luna_prompt
 from duet.tts.luna_realtime import RealtimeSpeaker
 
 
@@ -166,7 +166,7 @@ class LunaRealtimeAdapter:
     def _predict(self, request: SynthesisRequest) -> _Plan:
         if not request.text.strip():
             raise InvalidRequest("the text is empty", param="input")
-        ids = encode_text(request.text, self.speaker.tokenizer, language=self.speaker.config.language)
+        ids = luna_prompt(request.text, self.speaker.tokenizer, language=self.speaker.config.language)
         try:
             predicted = self.speaker.predicted_frames(ids)  # one duration-predictor pass for the whole plan
             bound = self.speaker.bound_for(ids, predicted)

@@ -21,9 +21,9 @@ import torch
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
 from duet.gepard.checkpoint import LoadedGepard, load_gepard
-from duet.gepard.data import encode_prompt
 from duet.gepard.generate import SPEAK_SAMPLING, STOP, SamplingConfig, stream
 from duet.gepard.model import GepardPrompt
+from duet.text.prompts import gepard_prompt
 from duet.text.sentences import split_sentences
 from duet.tts.speech import Speech
 
@@ -84,7 +84,7 @@ class GepardSpeaker:
         return replace(cfg, seed=None if seed is None else seed + piece)
 
     def _frames(self, piece: str, sampling: SamplingConfig, speed: float | None = None):
-        ids = encode_prompt(piece, self.tokenizer, language=self.config.language)
+        ids = gepard_prompt(piece, self.tokenizer, language=self.config.language)
         device = self.model.embed_tokens.weight.device
         prompt = GepardPrompt(torch.tensor([ids], dtype=torch.long, device=device), speed=speed or 1.0)  # (1, S)
         uncond = prompt.unconditional() if sampling.cfg_scale != 1.0 else None

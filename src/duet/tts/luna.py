@@ -39,12 +39,12 @@ import numpy as np
 import torch
 
 from duet.errors import DuetError
-from duet.luna.data import encode_text
 from duet.luna.decode import DecodeConfig, maskgit_decode, with_overrides
 from duet.luna.duration import fit_durations, total_frames
 from duet.luna.infill import check_prompt_audio, check_prompt_grid
 from duet.luna.model import LunaInputs
 from duet.luna.shipped import LoadedLuna, load_luna
+from duet.text.prompts import luna_prompt
 from duet.text.sentences import split_sentences
 from duet.tts.speech import Speech
 
@@ -193,14 +193,14 @@ class LunaSpeaker(LunaFamilySpeaker):
             raise DuetError(f"the reference clip is {seconds:.1f} s long; at most {self.config.max_prompt_seconds:g} s")
         grid = self.encode_grid(audio, sample_rate)  # (P, Q)
         check_prompt_grid(grid, self.model)
-        ids = encode_text(text, self.tokenizer, language=self.config.language)
+        ids = luna_prompt(text, self.tokenizer, language=self.config.language)
         predicted, _ = self.frames_for(ids)
         low, high = self.config.pace_range
         return VoicePrompt(grid=grid, text=text.strip(), pace=min(high, max(low, grid.shape[0] / predicted)))
 
     def _piece(self, piece: str, decode: DecodeConfig, speed: float, generator: torch.Generator | None,
                prompt: VoicePrompt | None = None) -> tuple[np.ndarray, str]:
-        ids = encode_text(piece, self.tokenizer, language=self.config.language)
+        ids = luna_prompt(piece, self.tokenizer, language=self.config.language)
         cfg, device = self.model.config, self.model.device
         if prompt is None:
             frames, ended = self.frames_for(ids, speed)
@@ -209,8 +209,8 @@ class LunaSpeaker(LunaFamilySpeaker):
             P = prompt.grid.shape[0]
             frames, ended = self.frames_for(ids, speed / prompt.pace, reserved=P)
             # SOT and the transcript's tokens (counted alone) span the prompt; the piece's tokens the new frames
-            transcript = len(encode_text(prompt.text, self.tokenizer, language=self.config.language)) - 1
-            ids = encode_text(f"{prompt.text} {piece}", self.tokenizer, language=self.config.language)
+            transcript = len(luna_prompt(prompt.text, self.tokenizer, language=self.config.language)) - 1
+            ids = luna_prompt(f"{prompt.text} {piece}", self.tokenizer, language=self.config.language)
             grids = dict(prompt=prompt.grid[None], prompt_lengths=torch.tensor([P], device=device),
                          durations=self.layout(ids, frames, transcript, P))
         empty = torch.full((1, frames, cfg.num_codebooks), cfg.mask_id, dtype=torch.long, device=device)  # (1, T, Q)

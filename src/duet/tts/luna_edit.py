@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from duet.errors import DuetError
-from duet.luna.data import encode_text
 from duet.luna.decode import with_overrides
 from duet.luna.infill import check_prompt_audio, edit, edit_span_frames
+from duet.text.prompts import luna_prompt
 from duet.tts.speech import Speech
 
 
@@ -103,8 +103,8 @@ def edit_speech(speaker: EditingSpeaker, audio: np.ndarray | torch.Tensor, text:
     grid = speaker.encode_grid(audio, sample_rate)  # (T, Q)
     a, b = span_frames_of(span_seconds, seconds, frame_rate, grid.shape[0])
 
-    old_ids = encode_text(text, speaker.tokenizer, language=speaker.config.language)
-    ids = old_ids if new_text is None else encode_text(new_text, speaker.tokenizer, language=speaker.config.language)
+    old_ids = luna_prompt(text, speaker.tokenizer, language=speaker.config.language)
+    ids = old_ids if new_text is None else luna_prompt(new_text, speaker.tokenizer, language=speaker.config.language)
     n = b - a if new_text is None else edit_span_frames((a, b), speaker.predicted_frames(old_ids),
                                                         speaker.predicted_frames(ids))
     positions = len(ids) + grid.shape[0] - (b - a) + n

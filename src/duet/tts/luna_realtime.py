@@ -41,10 +41,10 @@ import numpy as np
 import torch
 
 from duet.errors import DuetError
-from duet.luna.data import encode_text
 from duet.luna.decode import with_overrides
 from duet.luna.shipped import LoadedLuna, load_luna_realtime
 from duet.luna.stream import END_OF_SPEECH, StreamChunk, StreamConfig, stream_speech
+from duet.text.prompts import luna_prompt
 from duet.text.sentences import split_sentences
 from duet.tts.luna import LunaFamilySpeaker, codec_of
 from duet.tts.speech import Speech
@@ -133,7 +133,7 @@ class RealtimeSpeaker(LunaFamilySpeaker):
 
         def run() -> Iterator[StreamChunk]:
             for i, piece in enumerate(pieces):
-                ids = encode_text(piece, self.tokenizer, language=self.config.language)
+                ids = luna_prompt(piece, self.tokenizer, language=self.config.language)
                 predicted = self.predicted_frames(ids)  # one duration-predictor pass for bound and floor
                 cfg = replace(stream, max_frames=self.bound_for(ids, predicted),
                               min_frames=self.floor_for(ids, predicted))

@@ -14,19 +14,24 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from duet.errors import DuetError
+
+if TYPE_CHECKING:  # torch is imported where weights are read or written, so the CLI starts without it
+    import torch
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 
 def write_shipped(out_dir: str | Path, kind: str, format_version: int, state: dict[str, torch.Tensor],
-                  tokenizer_file: str | Path, body: dict[str, Any], dtype: torch.dtype = torch.float16) -> Path:
-    """Write weights (floating tensors cast to ``dtype``), the tokenizer and ``config.json`` = header + ``body``."""
+                  tokenizer_file: str | Path, body: dict[str, Any], dtype: torch.dtype | None = None) -> Path:
+    """Write weights (floating tensors cast to ``dtype``, float16 by default), the tokenizer and ``config.json`` =
+    header + ``body``."""
+    import torch
     from safetensors.torch import save_file
+
+    dtype = torch.float16 if dtype is None else dtype
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -73,6 +78,7 @@ def read_shipped(path: str | Path, kind: str, format_version: int,
 
 
 MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny")  # the shipped models `duet speak --model` knows by name
+DEFAULT_MODEL = MODELS[0]  # what a bare `duet speak` speaks with and a bare `duet serve` serves
 
 
 def resolve_model(name_or_path: str | Path) -> Path:

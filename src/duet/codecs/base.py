@@ -10,7 +10,7 @@ Models never look inside a codec: they see integer codes of shape (B, K, T) with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -76,11 +76,3 @@ def bitrate(codec: Codec) -> float:
     import math
 
     return codec.frame_rate * sum(math.log2(n) for n in codec.codebook_sizes)
-
-
-def iter_chunks(codes: torch.Tensor, chunk_frames: int) -> Iterator[torch.Tensor]:
-    """Split codes (B, K, T) into consecutive (B, K, <=chunk_frames) pieces along time."""
-    if chunk_frames <= 0:
-        raise ValueError(f"chunk_frames must be positive, got {chunk_frames}")
-    for start in range(0, codes.shape[-1], chunk_frames):
-        yield codes[..., start : start + chunk_frames]

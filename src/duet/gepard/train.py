@@ -73,14 +73,13 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> GepardTrainConfig
     """Default training settings per model preset (built one by one in ``tests/gepard/test_train_recipe.py``)."""
     model = preset(name)
     if name == "gepard-tiny":
-        # About 3 s per 4000-position step on this 2-core CPU (fp32; bf16 autocast is slower here), so 4000
-        # steps is ~3.5 h, ~19 epochs of the 10-hour base corpus. DESIGN §D: a 5M model on ~2 h of one voice
-        # overfit after ~16 minutes, hence validation every 200 steps and early stopping on held-out loss.
+        # fp32 (bf16 autocast is slower on CPUs); 4000 steps is ~19 epochs of the 10-hour base corpus. DESIGN §D:
+        # a 5M model on ~2 h of one voice overfit early, hence validation every 200 steps and early stopping.
         loop = LoopConfig(max_steps=4000, lr=1e-3, warmup_steps=200, weight_decay=0.1, log_every=10,
                           val_every=200, diag_every=200, checkpoint_every=500, checkpoint_minutes=10.0,
                           patience=6)
         data = GepardDataConfig(batch_frames=4000, max_batch_size=64)
-    else:  # gepard-500m: the report's shape, bf16; measured on one H200: 0.31 s per 30,720-position step, 50 GiB
+    else:  # gepard-500m: the report's shape, bf16 on a GPU
         loop = LoopConfig(max_steps=200_000, lr=3e-4, warmup_steps=2000, weight_decay=0.1, bf16=True,
                           log_every=50, val_every=2000, diag_every=2000, checkpoint_every=2000,
                           checkpoint_minutes=30.0)

@@ -82,10 +82,8 @@ def recipe(name: str, shards: str = "", manifest: str = "", model: RealtimeConfi
     if name == "luna-realtime-tiny":
         # Continual training from luna-tiny, not from scratch: a short schedule at a lower peak LR than Luna's 5e-4
         # (the weights are already good; the new parts are the block-causal attention pattern and the end head).
-        # A row costs S + 2 N B_k positions, about twice its Luna cost. Measured on this 2-core CPU (random
-        # luna-realtime-tiny weights, AdamW, one thread, nice 19 while a corpus build kept both cores busy): a batch
-        # at this budget, 8 rows of 40 text tokens + 110 frames (1,200 Luna positions, 2,368 Realtime ones), took
-        # 4.1-4.2 s per step after the first. 3,000 steps ~ 3.5 hours, ~3 epochs of the 10-hour base corpus.
+        # A row costs S + 2 N B_k positions, about twice its Luna cost; 3,000 steps is ~3 epochs of the 10-hour
+        # base corpus.
         loop = LoopConfig(max_steps=3000, lr=2e-4, warmup_steps=100, weight_decay=0.1, log_every=10,
                           val_every=250, diag_every=0, checkpoint_every=250, checkpoint_minutes=10.0, patience=6)
         data = LunaDataConfig(batch_frames=1200, max_batch_size=16, max_frames=400)

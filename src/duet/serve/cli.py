@@ -2,8 +2,8 @@
 
 ``--model`` names what to serve as ``duet speak`` does: a shipped model name or a checkpoint directory, whose
 ``config.json`` says its family (default: the same shipped model as ``duet speak``); ``mock`` serves the weightless
-test model. The older form ``--model FAMILY --checkpoint NAME_OR_DIR`` still works and checks that the checkpoint
-is of that family. Flags are parsed into ``SchedulerConfig`` / ``EngineConfig`` / ``ServeConfig`` here, once;
+test model. ``--model FAMILY --checkpoint NAME_OR_DIR`` names a family and its checkpoint, and checks that they
+agree. Flags are parsed into ``SchedulerConfig`` / ``EngineConfig`` / ``ServeConfig`` here, once;
 library code never sees argparse. FastAPI and uvicorn are imported only when the command runs.
 """
 
@@ -13,10 +13,10 @@ import argparse
 import logging
 
 from duet.errors import DuetError, MissingDependency
+from duet.shipped import DEFAULT_MODEL
 
 FAMILIES = ("gepard", "luna", "luna-realtime")
 MOCK = "mock"
-DEFAULT_MODEL = "gepard-tiny"  # what a bare ``duet speak`` speaks with
 ENGINES = ("builtin", "vllm")
 
 

@@ -21,11 +21,11 @@ itself holds ``slots x capacity`` positions, capacity being the longest reservat
 A request's unset sampling fields take ``GepardServeConfig.params``: temperature 0.6 and top-k 20, what ``duet speak``
 samples with (``duet.gepard.generate.SPEAK_SAMPLING``), not the plain temperature 1 a tiny model stumbles on.
 
-Divergences, named: frames are drawn by Gumbel-max (``duet.serve.sampling``), not ``torch.multinomial`` as in
-``duet.gepard.generate``, so a seed does not reproduce the offline sampler's frames (greedy decoding does: see
-``tests/serve/test_gepard_adapter.py``); CFG (two-pass) is not served (the report distils it into the weights,
-§5-6); voice cloning waits for the Q-Former. Building the step's cache copies the rows once per step (the same
-order of memory traffic as attention itself); the vLLM engine (issue 7 item 4) is the paged, copy-free path.
+Frames are drawn by Gepard's one sampler (``duet.gepard.sampling``), as in ``duet speak``, so a seed gives the same
+frames in both (``tests/serve/test_gepard_adapter.py``). Divergences, named: CFG (two-pass) is not served (the
+report distils it into the weights, §5-6); voice cloning waits for the Q-Former. Building the step's cache copies
+the rows once per step (the same order of memory traffic as attention itself); the vLLM engine
+(``duet.serve.vllm``) is the paged, copy-free path.
 
 Aligned text input (``duet.gepard.aligned``): prefill runs the model's own ``prefill`` (its duration predictor lays
 the text out, at the request's ``speed``) and each state keeps its row's embedded text, durations and next audio

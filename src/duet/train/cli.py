@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="step at which discriminators join (a negative value: never)")
     codec.add_argument("--stop-at", type=int, default=None, help="stop at this step (schedule unchanged)")
     codec.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (checkpointed)")
-    codec.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
+    codec.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a small, shared CPU)")
     codec.add_argument("--init-from", default=None,
                        help="warm-start a new run from a shipped codec (name or directory; fresh optimizer)")
     codec.add_argument("--teacher", default=None, help="local WavLM directory for semantic distillation (RVQ)")

@@ -76,8 +76,7 @@ def preset(name: str) -> CodecTrainConfig:
     if name == "fsq":
         from duet.codecs.fsq_codec import FSQCodecConfig
 
-        # Sized for this 2-core machine shared with other jobs: ~1.3 s per spectral step, ~2.5x that with the
-        # discriminators, so about 8 hours in all.
+        # Sized for a small CPU: discriminators (about 2.5x the cost of a spectral step) join for the last 6,000.
         return CodecTrainConfig(kind="duet-fsq", model=FSQCodecConfig(), max_steps=16_000, disc_start_step=10_000)
     if name == "rvq":
         from duet.codecs.rvq_codec import RVQCodecConfig

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from duet.errors import DuetError
+from duet.shipped import DEFAULT_MODEL
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
 MAX_CHARS = 20_000  # about 20 minutes of speech; a longer text is refused rather than run for an hour
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("text", nargs="?", help="what to say ('-' reads standard input)")
     p.add_argument("-o", "--output", help="output file: .wav, .flac or .ogg")
     p.add_argument("--list-voices", action="store_true", help="print the model's voices and exit")
-    p.add_argument("--model", default="gepard-tiny", help="shipped model name or checkpoint directory")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="shipped model name or checkpoint directory")
     p.add_argument("--voice", default=None, help="a voice of the model (see --list-voices)")
     p.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longest text accepted, in characters")
     p.add_argument("--stream", action="store_true", help="write audio as it is decoded; print time to first audio")

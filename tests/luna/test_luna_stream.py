@@ -10,12 +10,11 @@ import torch
 
 from duet.codecs.base import DecodeResult
 from duet.errors import DuetError
+from duet.finish import BOUND, STOP
 from duet.luna.decode import DecodeConfig
 from duet.luna.model import LunaInputs
 from duet.luna.realtime import LunaRealtime, RealtimeConfig, RealtimeLogits, RealtimeObjective, realtime_training_loss
 from duet.luna.stream import (
-    END_OF_SPEECH,
-    MAX_LENGTH,
     KVBlockSession,
     StreamConfig,
     collect,
@@ -77,9 +76,9 @@ def test_stream_blocks_yields_each_block_and_stops_at_the_learned_end(end, chunk
     assert [c.codes.shape[1] for c in got] == chunks
     assert [c.index for c in got] == list(range(len(chunks)))
     assert [c.start for c in got] == [4 * i for i in range(len(chunks))]
-    assert [c.end for c in got] == [None] * (len(chunks) - 1) + [END_OF_SPEECH]
+    assert [c.end for c in got] == [None] * (len(chunks) - 1) + [STOP]
     result = collect(iter(got))
-    assert torch.equal(result.codes, grid[:end].T) and result.end == END_OF_SPEECH
+    assert torch.equal(result.codes, grid[:end].T) and result.end == STOP
     # every full block before the last was committed, exactly as handed out; the last block never is
     assert len(session.commits) == len(chunks) - 1
     for c, committed in zip(got, session.commits):
@@ -105,11 +104,11 @@ def test_max_length_bounds_the_stream():
     for max_frames, chunks in ((10, [4, 4, 2]), (8, [4, 4])):
         session = FakeSession(grid, end=100)
         got = list(stream_blocks(session, StreamConfig(decode=DecodeConfig(steps=2), max_frames=max_frames)))
-        assert [c.codes.shape[1] for c in got] == chunks and got[-1].end == MAX_LENGTH
+        assert [c.codes.shape[1] for c in got] == chunks and got[-1].end == BOUND
         assert torch.equal(collect(iter(got)).codes, grid[:max_frames].T)
     # a learned end inside the bound wins
     got = list(stream_blocks(FakeSession(grid, end=9), StreamConfig(decode=DecodeConfig(steps=2), max_frames=10)))
-    assert got[-1].end == END_OF_SPEECH and sum(c.codes.shape[1] for c in got) == 9
+    assert got[-1].end == STOP and sum(c.codes.shape[1] for c in got) == 9
 
 
 def test_session_rows_must_match_guidance():
@@ -117,7 +116,7 @@ def test_session_rows_must_match_guidance():
     with pytest.raises(DuetError, match="rows"):
         next(stream_blocks(session, StreamConfig(decode=DecodeConfig(cfg_scale=2.0))))
     got = list(stream_blocks(session, StreamConfig(decode=DecodeConfig(steps=2, cfg_scale=1.0))))
-    assert got[-1].end == END_OF_SPEECH
+    assert got[-1].end == STOP
 
 
 # -- the real model with a KV cache ----------------------------------------------------------------------------------
@@ -207,7 +206,7 @@ def test_a_committed_block_never_changes(realtime):
         n = session.cache.get_seq_length()
         snapshots.append([(layer.keys[..., :n, :].clone(), layer.values[..., :n, :].clone())
                           for layer in session.cache.layers])
-    assert [c.codes.shape[1] for c in chunks] == [4, 4, 4, 4, 1] and chunks[-1].end == MAX_LENGTH
+    assert [c.codes.shape[1] for c in chunks] == [4, 4, 4, 4, 1] and chunks[-1].end == BOUND
     for chunk, copy in zip(chunks, copies):
         assert torch.equal(chunk.codes, copy)  # what was handed out is never rewritten
     final = session.cache.layers
@@ -309,7 +308,7 @@ def test_overfit_two_utterances_and_stream_them_back(realtime):
                 chunks = list(stream_speech(model, text, cfg=cfg, generator=torch.Generator().manual_seed(seed)))
                 # the learned end is right every time: the 10-frame one inside block 2, the 8-frame one at the start
                 # of the terminal block (an empty last chunk)
-                assert [c.codes.shape[1] for c in chunks] == sizes and chunks[-1].end == END_OF_SPEECH
+                assert [c.codes.shape[1] for c in chunks] == sizes and chunks[-1].end == STOP
                 exact += torch.equal(collect(iter(chunks)).codes, grid.T)
             # Codes: greedy tokens come back exactly. Sampled at temperature 1, a 2-layer model trained 300 steps on
             # two grids still draws one wrong cell now and then (about 1 stream in 12 over 5 model seeds measured;

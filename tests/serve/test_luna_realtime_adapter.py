@@ -29,6 +29,7 @@ from serve_testing import drive
 from checkpoint_testing import write_tiny_luna_realtime
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
+from duet.finish import BOUND, STOP
 from duet.luna.stream import StreamConfig, collect, stream_speech
 from duet.serve.adapter import ModelAdapter, SynthesisRequest
 from duet.serve.api import create_app
@@ -38,7 +39,7 @@ from duet.serve.errors import InvalidRequest
 from duet.serve.luna_realtime_adapter import LunaRealtimeAdapter, load_luna_realtime_adapter
 from duet.serve.sampling import SamplingParams
 from duet.text.prompts import luna_prompt
-from duet.tts.luna_realtime import BOUND, STOP, RealtimeSpeaker
+from duet.tts.luna_realtime import RealtimeSpeaker
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."
 BK = 4  # frames per block of the test models

@@ -59,12 +59,12 @@ def test_length_comes_from_the_duration_predictor_and_speed_scales_it(luna_speak
     ids = luna_prompt(text, luna_speaker.tokenizer)
     expected = float(luna_speaker.duration.token_durations(*_text(ids)).sum())
     frames = _frames(luna_speaker, text)
-    assert frames == round(expected) > 0 and luna_speaker.frames_for(ids) == (frames, "length")
+    assert frames == round(expected) > 0 and luna_speaker.frames_for(ids) == (frames, "stop")
     assert _frames(luna_speaker, text, speed=2.0) == round(expected / 2)
     speech = luna_speaker.speak(text, seed=3, steps=8)
     spf = luna_speaker.codec.samples_per_frame
     assert speech.audio.dtype == np.float32 and speech.audio.shape == (frames * spf,)
-    assert speech.ended == ("length",) and speech.pieces == (text,)
+    assert speech.ended == ("stop",) and speech.pieces == (text,)
     fast = luna_speaker.speak(text, seed=3, steps=8, speed=2.0)
     assert fast.audio.shape == (round(expected / 2) * spf,)
 
@@ -104,7 +104,7 @@ def test_long_text_is_spoken_sentence_by_sentence_and_streams_one_chunk_per_sent
     speech = luna_speaker.speak(text, seed=1, steps=8)
     gap = round(luna_speaker.config.gap_seconds * speech.sample_rate)
     pieces = ("Hello there.", "How are you?", "Good morning.")
-    assert speech.pieces == pieces and speech.ended == ("length",) * 3
+    assert speech.pieces == pieces and speech.ended == ("stop",) * 3
     spf = luna_speaker.codec.samples_per_frame
     assert len(speech.audio) == sum(_frames(luna_speaker, p) for p in pieces) * spf + 2 * gap
     ended: list[str] = []

@@ -40,12 +40,10 @@ import torch
 
 from duet.codecs.fsq import GroupFSQ
 from duet.errors import DuetError
+from duet.finish import BOUND, STOP
 from duet.gepard.heads import FrameLogits, pad_channels
 from duet.gepard.probes import FrameProbes, channel_entropy
 from duet.gepard.sampling import sample_frames
-
-STOP = "stop"
-BOUND = "bound"
 
 
 class FrameModel(Protocol):

@@ -10,8 +10,8 @@ Invariant (§2.6.2): committed blocks are immutable context; only the active blo
             s = 1: e = end_frame(end)                    # the learned end-of-speech decision (realtime.py)
             commit cells of frames [0, e) by the cosine schedule; frames [e, B_k) stay masked
         yield frames [0, e) of x                         # handed out at once (audio too, with a codec)
-        e < B_k  -> stop: "end_of_speech"                # e = 0: speech ended on the block boundary
-        bound    -> stop: "max_length"
+        e < B_k  -> stop: "stop" (the end head)          # e = 0: speech ended on the block boundary
+        bound    -> stop: "bound"
         session.commit(x)                                # block n joins the KV cache, never to change again
 
 ``stream_blocks`` is a pure loop over a ``BlockSession`` (tested with fake sessions, like ``decode.py`` with fake
@@ -39,14 +39,12 @@ import torch
 
 from duet.codecs.base import Codec
 from duet.errors import DuetError
+from duet.finish import BOUND, STOP
 from duet.luna.decode import DecodeConfig, guidance_rows, guide, unmask_step
 from duet.luna.model import segment_layout
 from duet.luna.realtime import LunaRealtime, RealtimeLogits
 from duet.nn.backbone import new_cache, run_backbone
 from duet.nn.masks import additive, streaming_block_mask, two_stream_block_mask
-
-END_OF_SPEECH = "end_of_speech"  # the end head placed the end inside the active block (or at its first frame)
-MAX_LENGTH = "max_length"  # the serving bound ``max_frames`` was reached first
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,8 @@ class StreamChunk:
     start: int  # first frame of the chunk in the utterance (n B_k)
     codes: torch.Tensor  # (Q, n_frames) int64: B_k frames, fewer in the last chunk (possibly none)
     audio: torch.Tensor | None  # (samples,) float32 when a codec was given; the last chunk includes the flush
-    end: str | None  # None while more chunks follow; END_OF_SPEECH or MAX_LENGTH on the last one
+    end: str | None  # None while more chunks follow; STOP (the end head placed the end inside the active block, or at
+    # its first frame) or BOUND (``max_frames`` was reached first) on the last one (``duet.finish``)
 
 
 @dataclass(frozen=True)
@@ -138,9 +137,9 @@ def stream_blocks(
             still &= ~commit
         block = tokens[0, :e]  # (e, Q)
         if e_model < bk and e_model <= room:
-            end: str | None = END_OF_SPEECH
+            end: str | None = STOP
         elif produced + e >= cfg.max_frames:
-            end = MAX_LENGTH
+            end = BOUND
         else:
             end = None
             session.commit(block.clone())

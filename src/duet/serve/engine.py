@@ -35,6 +35,7 @@ import torch
 
 from duet.codecs.streaming import push_many
 from duet.errors import DuetError
+from duet.finish import REASONS
 from duet.serve.adapter import ModelAdapter, StepOutput, SynthesisRequest
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest
 from duet.serve.kv_budget import reservation_bytes
@@ -42,7 +43,7 @@ from duet.serve.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("duet.serve")
 
-FINISH_REASONS = ("stop", "bound", "cancelled", "error")
+FINISH_REASONS = REASONS  # duet.finish
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ numbers in the same order, so a request reproduces ``RealtimeSpeaker`` / ``strea
 
 How a request ends (the engine's reasons, ``engine.py``):
 - the end head places the end inside the active block: its frames before the end go out with ``final=True`` and the
-  engine reports "stop" (``RealtimeSpeaker``'s STOP; ``stream.END_OF_SPEECH``). With the end at the block's first
+  engine reports "stop" (``duet.finish.STOP``). With the end at the block's first
   frame that last output has no frames;
 - the request reaches its length bound first: the last block (cut to the bound) goes out with ``final=False``, its
   frames reach the slot's ``max_frames`` (the same number, ``frame_bound`` or the request's ``max_frames``) and the
-  engine reports "bound" (the speaker's BOUND; ``stream.MAX_LENGTH``).
+  engine reports "bound" (``duet.finish.BOUND``).
 
 Bound: ``RealtimeSpeaker.bound_for`` (the speaker's ``bound_factor`` x the duration predictor's frames + one block,
 at most ``StreamConfig.max_frames`` and what the model's positions leave after the text); a request's ``max_frames``

@@ -8,7 +8,7 @@ exactly what ``speak`` returns for the same seed (both run the same per-piece ge
 
 Per piece: T = round(sum of the predictor's expected token durations / ``speed``) (``duration.total_frames``;
 speed > 1 speaks faster), at most ``max_frames`` and what the model's positions leave after the text (a capped
-piece reports "bound", any other "length"); the all-mask (1, T, Q) grid is decoded in ``steps`` MaskGIT steps
+piece reports "bound", any other "stop": it ends where the model said, ``duet.finish``); the all-mask (1, T, Q) grid is decoded in ``steps`` MaskGIT steps
 (32 by default, §2.5; 16 and 8 are the report's faster settings) with CFG on the text; the codec named in the
 checkpoint turns the (1, Q, T) codes into audio. Piece i samples with a generator seeded ``seed + i``, so a seed
 fixes the whole utterance. Bad input is a DuetError before any decoding: empty text, an unknown voice, steps < 1,
@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from duet.errors import DuetError
+from duet.finish import BOUND, STOP
 from duet.luna.decode import DecodeConfig, maskgit_decode, with_overrides
 from duet.luna.duration import fit_durations, total_frames
 from duet.luna.infill import check_prompt_audio, check_prompt_grid
@@ -47,9 +48,6 @@ from duet.luna.shipped import LoadedLuna, load_luna
 from duet.text.prompts import luna_prompt
 from duet.text.sentences import split_sentences
 from duet.tts.speech import Speech
-
-LENGTH = "length"  # the piece has the length the duration predictor gave it
-BOUND = "bound"  # the length was capped at max_frames (or the model's positions)
 
 
 def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
@@ -154,7 +152,7 @@ class LunaSpeaker(LunaFamilySpeaker):
 
     # ---- one piece --------------------------------------------------------------------------------------------
     def frames_for(self, ids: list[int], speed: float = 1.0, reserved: int = 0) -> tuple[int, str]:
-        """-> (T, "length" or "bound") for wrapped text ids: the predictor's total / speed, capped (``reserved``:
+        """-> (T, "stop" or "bound") for wrapped text ids: the predictor's total / speed, capped (``reserved``:
         positions a prompt grid takes besides the text)."""
         durations, lengths = self.token_durations(ids)  # (1, S), (1,)
         if round(float(durations.sum()) / speed) < 1:
@@ -164,7 +162,7 @@ class LunaSpeaker(LunaFamilySpeaker):
         limit = min(self.config.max_frames, self.model.config.backbone.max_positions - len(ids) - reserved)
         if limit < 1:
             raise DuetError(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences")
-        return (frames, LENGTH) if frames <= limit else (limit, BOUND)
+        return (frames, STOP) if frames <= limit else (limit, BOUND)
 
     def encode_grid(self, audio: np.ndarray, sample_rate: int | None = None) -> torch.Tensor:
         """A checked clip (S,) float32 (resampled from ``sample_rate`` if given) -> its codes as a grid (T, Q) on the

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from duet.errors import DuetError
+from duet.finish import STOP
 from duet.luna.decode import with_overrides
 from duet.luna.infill import check_prompt_audio, edit, edit_span_frames
 from duet.text.prompts import luna_prompt
@@ -118,5 +119,5 @@ def edit_speech(speaker: EditingSpeaker, audio: np.ndarray | torch.Tensor, text:
     layout = speaker.layout(ids, grid.shape[0] - (b - a) + n)
     result = edit(speaker.model, text_ids, grid, (a, b), n, decode, generator=generator,
                   durations=None if layout is None else layout[0])
-    speech = Speech(speaker.decode_grid(result.grid), speaker.sample_rate, ((new_text or text).strip(),), ("length",))
+    speech = Speech(speaker.decode_grid(result.grid), speaker.sample_rate, ((new_text or text).strip(),), (STOP,))
     return EditedSpeech(speech, result.grid, result.span, frame_rate)

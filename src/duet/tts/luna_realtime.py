@@ -43,14 +43,11 @@ import torch
 from duet.errors import DuetError
 from duet.luna.decode import with_overrides
 from duet.luna.shipped import LoadedLuna, load_luna_realtime
-from duet.luna.stream import END_OF_SPEECH, StreamChunk, StreamConfig, stream_speech
+from duet.luna.stream import StreamChunk, StreamConfig, stream_speech
 from duet.text.prompts import luna_prompt
 from duet.text.sentences import split_sentences
 from duet.tts.luna import LunaFamilySpeaker, codec_of
 from duet.tts.speech import Speech
-
-STOP = "stop"  # the end head ended the piece (Speech.ended, as Gepard's stop head)
-BOUND = "bound"  # the piece ran into its bound
 
 
 @dataclass(frozen=True)
@@ -142,7 +139,7 @@ class RealtimeSpeaker(LunaFamilySpeaker):
                 layout = self.aligned_durations(ids)
                 for chunk in stream_speech(self.model, text_ids, None, cfg, self.codec, generator, layout):
                     if chunk.end is not None and ended is not None:
-                        ended.append(STOP if chunk.end == END_OF_SPEECH else BOUND)
+                        ended.append(chunk.end)
                     yield chunk
 
         return run()

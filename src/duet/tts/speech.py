@@ -13,8 +13,8 @@ class Speech:
     audio: np.ndarray  # (S,) float32 mono in [-1, 1]
     sample_rate: int
     pieces: tuple[str, ...]  # the text as spoken, one entry per generation (long text is split at sentences)
-    # per piece: "stop" (Gepard's stop head ended it), "length" (Luna: the duration predictor's length) or "bound"
-    # (it hit the length bound)
+    # per piece: "stop" (the model ended it: a stop or end head, or Luna's predicted length) or "bound" (it hit the
+    # length bound); ``duet.finish``
     ended: tuple[str, ...]
 
     @property

@@ -11,17 +11,12 @@ import torch
 
 from duet.errors import DuetError
 from duet.luna.model import LunaInputs, LunaModel
-from duet.luna.realtime import (
-    PRESETS,
-    LunaRealtime,
-    RealtimeConfig,
-    RealtimeLogits,
+from duet.luna.realtime import PRESETS, LunaRealtime, RealtimeConfig, RealtimeLogits, num_blocks, realtime_preset
+from duet.luna.realtime_loss import (
     RealtimeObjective,
     block_diffusion_loss,
     end_targets,
     mask_blocks,
-    num_blocks,
-    realtime_preset,
     realtime_training_loss,
 )
 

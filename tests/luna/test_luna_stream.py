@@ -13,7 +13,8 @@ from duet.errors import DuetError
 from duet.finish import BOUND, STOP
 from duet.luna.decode import DecodeConfig
 from duet.luna.model import LunaInputs
-from duet.luna.realtime import LunaRealtime, RealtimeConfig, RealtimeLogits, RealtimeObjective, realtime_training_loss
+from duet.luna.realtime import LunaRealtime, RealtimeConfig, RealtimeLogits
+from duet.luna.realtime_loss import RealtimeObjective, realtime_training_loss
 from duet.luna.stream import (
     KVBlockSession,
     StreamConfig,

@@ -28,7 +28,8 @@ from duet.luna.config import LunaConfig
 from duet.luna.diffusion import DiffusionConfig, DiffusionLoss, diffusion_training_loss
 from duet.luna.duration import DurationConfig, DurationPredictor, duration_loss, expected_durations
 from duet.luna.model import LunaInputs, LunaModel
-from duet.luna.realtime import LunaRealtime, RealtimeConfig, RealtimeLoss, RealtimeObjective, realtime_training_loss
+from duet.luna.realtime import LunaRealtime, RealtimeConfig
+from duet.luna.realtime_loss import RealtimeLoss, RealtimeObjective, realtime_training_loss
 from duet.nn.masks import lengths_to_mask
 
 

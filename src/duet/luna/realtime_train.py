@@ -15,7 +15,7 @@ independent noise level per block). Here:
   and frozen (``duet.luna.bundle.RealtimeBundle``): Realtime stops by the end head, the predicted length only sets a
   serving bound. The model's shape is the shipped Luna's; ``--preset`` (default ``luna-realtime-tiny``) picks the
   training settings and the block size (``--block-size`` overrides it).
-- the loss is ``duet.luna.realtime.realtime_training_loss`` through ``duet.train.objectives.luna.
+- the loss is ``duet.luna.realtime_loss.realtime_training_loss`` through ``duet.train.objectives.luna.
   LunaRealtimeDiffusion``; the data (``duet.luna.data``), run directory, tokenizer handling and loop are the Luna
   recipe's (``duet.luna.train.run_luna_recipe``), so checkpoints and exact resume work as there.
 
@@ -41,7 +41,8 @@ from duet.luna.bundle import RealtimeBundle
 from duet.luna.config import LunaConfig
 from duet.luna.data import LunaDataConfig
 from duet.luna.duration import DurationConfig, duration_preset
-from duet.luna.realtime import PRESETS, RealtimeConfig, RealtimeObjective, realtime_preset
+from duet.luna.realtime import PRESETS, RealtimeConfig, realtime_preset
+from duet.luna.realtime_loss import RealtimeObjective
 from duet.luna.shipped import load_luna, save_luna_realtime
 from duet.luna.train import run_luna_recipe
 from duet.train.checkpoint import latest_checkpoint, load_weights

@@ -34,7 +34,7 @@ from torch import nn
 
 from duet.luna.bundle import LunaLosses
 from duet.luna.diffusion import DiffusionConfig
-from duet.luna.realtime import RealtimeLoss, RealtimeObjective
+from duet.luna.realtime_loss import RealtimeLoss, RealtimeObjective
 from duet.train.loop import Objective
 
 VAL_SEED = 1234

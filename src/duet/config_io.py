@@ -2,6 +2,9 @@
 
 Nested dataclasses are rebuilt from their type hints; JSON lists become tuples where the field is a tuple.
 Unknown keys are an error, so a typo in a config file cannot silently fall back to a default.
+
+Named presets have one shape everywhere: ``PRESETS: dict[str, Callable[[], Config]]`` (each call builds a fresh
+config) and a lookup through :func:`pick_preset`, whose error lists the names.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 from duet.errors import DuetError
 
@@ -55,3 +58,10 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     if unknown:
         raise DuetError(f"{cls.__name__}: unknown config keys {unknown}")
     return cls(**{k: _convert(hints[k], v) for k, v in data.items()})
+
+
+def pick_preset(presets: Mapping[str, Callable[[], T]], name: str, what: str) -> T:
+    """``presets[name]()``, or a one-line error naming the ``what`` presets there are."""
+    if name not in presets:
+        raise DuetError(f"unknown {what} preset {name!r}; choose one of: {', '.join(presets)}")
+    return presets[name]()

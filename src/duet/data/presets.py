@@ -228,11 +228,9 @@ PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base, "j
 
 
 def get_preset(name: str) -> CorpusPreset:
-    from duet.errors import DuetError
+    from duet.config_io import pick_preset
 
-    if name not in PRESETS:
-        raise DuetError(f"unknown corpus preset {name!r}; choose from {', '.join(PRESETS)}")
-    return PRESETS[name]()
+    return pick_preset(PRESETS, name, "corpus")
 
 
 def synth_speaker(name: str):

@@ -53,8 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from duet.codecs.fsq import FSQConfig
-from duet.config_io import from_dict, to_dict
-from duet.errors import DuetError
+from duet.config_io import from_dict, pick_preset, to_dict
 from duet.gepard.aligned import AlignedConfig
 from duet.nn.backbone import BackboneConfig
 
@@ -166,9 +165,7 @@ PRESETS: dict[str, Callable[[], GepardConfig]] = {"gepard-500m": gepard_500m, "g
 
 
 def preset(name: str) -> GepardConfig:
-    if name not in PRESETS:
-        raise DuetError(f"unknown Gepard preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    return PRESETS[name]()
+    return pick_preset(PRESETS, name, "Gepard")
 
 
 def parameter_breakdown(config: GepardConfig) -> dict[str, int]:

@@ -22,8 +22,10 @@ Presets (``luna_preset(name)``; a test builds each one):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
+from duet.config_io import from_dict, pick_preset, to_dict
 from duet.errors import DuetError
 from duet.nn.backbone import BackboneConfig
 from duet.text.tokens import SERVICE_TOKENS
@@ -61,12 +63,11 @@ class LunaConfig:
         return self.codebook_size
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "LunaConfig":
-        d = dict(d)
-        return cls(backbone=BackboneConfig(**d.pop("backbone")), **d)
+        return from_dict(cls, d)
 
 
 QWEN3_0_6B = BackboneConfig(
@@ -96,17 +97,14 @@ TINY = BackboneConfig(
     max_positions=4096,
 )
 
-_PRESETS = {
-    "luna-0.6b": LunaConfig(backbone=QWEN3_0_6B),
-    "luna-tiny": LunaConfig(backbone=TINY, tie_heads=True),
+PRESETS: dict[str, Callable[[], LunaConfig]] = {
+    "luna-0.6b": lambda: LunaConfig(backbone=QWEN3_0_6B),
+    "luna-tiny": lambda: LunaConfig(backbone=TINY, tie_heads=True),
 }
-PRESETS: tuple[str, ...] = tuple(_PRESETS)
 
 
 def luna_preset(name: str) -> LunaConfig:
-    if name not in _PRESETS:
-        raise DuetError(f"unknown Luna preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    return _PRESETS[name]
+    return pick_preset(PRESETS, name, "Luna")
 
 
 def with_vocab(cfg: LunaConfig, vocab_size: int) -> LunaConfig:

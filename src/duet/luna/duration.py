@@ -25,14 +25,15 @@ Shape legend: B batch, S text tokens, D model width, N bins.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from duet.config_io import from_dict, pick_preset, to_dict
 from duet.errors import DuetError
 from duet.luna.backbone import build_bidirectional, load_qwen3_weights
 from duet.luna.checkpoint import read_checkpoint, write_checkpoint
@@ -51,20 +52,19 @@ class DurationConfig:
             raise DuetError(f"num_bins must be at least 2, got {self.num_bins}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "DurationConfig":
-        d = dict(d)
-        return cls(backbone=BackboneConfig(**d.pop("backbone")), **d)
+        return from_dict(cls, d)
 
 
-_PRESETS = {
+PRESETS: dict[str, Callable[[], DurationConfig]] = {
     # Report §3.2: the duration predictor is a fine-tuned Qwen3-0.6B with bidirectional attention.
-    "luna-0.6b": DurationConfig(backbone=QWEN3_0_6B),
+    "luna-0.6b": lambda: DurationConfig(backbone=QWEN3_0_6B),
     # Shares luna-tiny's BPE vocabulary; a quarter of its depth and two thirds of its width are plenty for a
     # per-token regression (duet's choice).
-    "luna-tiny": DurationConfig(
+    "luna-tiny": lambda: DurationConfig(
         backbone=BackboneConfig(
             num_layers=4,
             width=256,
@@ -82,9 +82,7 @@ _PRESETS = {
 
 def duration_preset(name: str) -> DurationConfig:
     """The duration predictor that goes with Luna preset ``name``."""
-    if name not in _PRESETS:
-        raise DuetError(f"unknown duration preset {name!r}; choose one of: {', '.join(_PRESETS)}")
-    return _PRESETS[name]
+    return pick_preset(PRESETS, name, "duration")
 
 
 # -- pure functions -----------------------------------------------------------------------------------------------

@@ -49,12 +49,14 @@ frames per stream, L = S + P + 2F, Q codebooks, K codes per codebook, D model wi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 
+from duet.config_io import from_dict, pick_preset, to_dict
 from duet.errors import DuetError
 from duet.luna.checkpoint import read_checkpoint, write_checkpoint
 from duet.luna.config import LunaConfig, luna_preset
@@ -72,26 +74,22 @@ class RealtimeConfig:
             raise DuetError(f"block_size must be a positive number of frames, got {self.block_size}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RealtimeConfig":
-        d = dict(d)
-        return cls(luna=LunaConfig.from_dict(d.pop("luna")), **d)
+        return from_dict(cls, d)
 
 
-_PRESETS = {
+PRESETS: dict[str, Callable[[], RealtimeConfig]] = {
     "luna-realtime-0.6b": lambda: RealtimeConfig(luna=luna_preset("luna-0.6b")),
     "luna-realtime-tiny": lambda: RealtimeConfig(luna=luna_preset("luna-tiny")),
 }
-PRESETS: tuple[str, ...] = tuple(_PRESETS)
 
 
 def realtime_preset(name: str) -> RealtimeConfig:
     """Each Luna preset with 32-frame blocks: continual training starts from the matching Luna checkpoint."""
-    if name not in _PRESETS:
-        raise DuetError(f"unknown Luna Realtime preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    return _PRESETS[name]()
+    return pick_preset(PRESETS, name, "Luna Realtime")
 
 
 # -- block geometry (pure) -------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from duet.gepard.checkpoint import save_gepard
 from duet.gepard.config import gepard_tiny
 from duet.gepard.model import GepardModel
 from duet.serve.vllm.export import export_for_vllm
-from duet.serve.vllm.frames import STOP_ID, FrameBank, create_bank_file
+from duet.serve.vllm.frames import STOP_ID, AlignedTables, FrameBank, create_bank_file
 from duet.text.bpe import BPEConfig, save_bpe, train_bpe
 
 
@@ -67,12 +67,84 @@ def test_frame_bank_round_trip_across_mappings_and_stale_slots_are_detected(tmp_
     path.unlink()
 
 
-def test_an_aligned_model_is_refused_with_a_clear_error(tmp_path):
-    from duet.errors import DuetError
+def aligned_checkpoint(tmp_path):
     from duet.gepard.config import with_aligned_input
 
+    torch.manual_seed(0)
     tokenizer = save_bpe(train_bpe(["hello world"] * 20, BPEConfig(vocab_size=270)), tmp_path / "tokenizer.json")
     model = GepardModel(with_aligned_input(gepard_tiny()))
-    checkpoint = save_gepard(model, tokenizer, tmp_path / "duet", codec={"name": "duet-fsq"})
-    with pytest.raises(DuetError, match="aligned text input"):
-        export_for_vllm(checkpoint, tmp_path / "vllm")
+    with torch.no_grad():  # a duration predictor that spreads tokens over several frames (random init gives ~0)
+        model.duration.head.bias.fill_(1.2)
+    return save_gepard(model, tokenizer, tmp_path / "duet", codec={"name": "duet-fsq"})
+
+
+def test_an_aligned_model_exports_with_its_layout_tensors(tmp_path):
+    out = export_for_vllm(aligned_checkpoint(tmp_path), tmp_path / "vllm")
+    assert json.loads((out / "config.json").read_text())["aligned_input"] is True
+    with safe_open(str(out / "model.safetensors"), framework="pt") as f:
+        names = set(f.keys())
+    assert {"aligned.tokens.weight", "aligned.features.weight", "duration.head.weight"} <= names
+
+
+def test_aligned_tables_read_each_requests_row_by_key_and_position(tmp_path):
+    path = create_bank_file(8, 4, directory=str(tmp_path))
+    writer, reader = AlignedTables(path, 3), AlignedTables(path, 3)  # two processes' views of one directory
+    a, b = torch.arange(12.0).view(4, 3), -torch.arange(6.0).view(2, 3)
+    writer.write(7, a)
+    writer.write(9, b)
+    got = reader.rows(torch.tensor([7, 9, 7, 5]), torch.tensor([2, 1, 9, 0]))  # 9 is past a's end: its last row
+    assert torch.equal(got, torch.stack([a[2], b[1], a[3], torch.zeros(3)]))  # key 5 has no table: zeros
+    writer.remove(9)
+    assert not writer.path(9).exists()
+    assert torch.equal(reader.rows(torch.tensor([9]), torch.tensor([0])), torch.zeros((1, 3)))
+    private = AlignedTables(None, 3)
+    private.write(7, a)
+    assert torch.equal(private.rows(torch.tensor([7]), torch.tensor([1])), a[1:2])
+    with pytest.raises(ValueError, match="table"):
+        private.write(1, torch.zeros((2, 4)))
+    path.unlink()
+    writer.remove(7)
+
+
+def test_the_vllm_data_path_of_an_aligned_model_gives_duets_own_logits(tmp_path):
+    """What vLLM does, done here with duet's backbone: prompt embeddings with the SOS row's aligned vector, then each
+    frame fed as its frame-bank slot id, looked up by the slot's stamp and given its table row. The logits equal
+    GepardModel.prefill / step at every position, so the bookkeeping (frame t at audio position t + 1) holds."""
+    from duet.gepard.checkpoint import load_gepard
+    from duet.gepard.model import GepardPrompt
+    from duet.nn.backbone import run_backbone
+    from duet.serve.adapter import SynthesisRequest
+    from duet.serve.gepard_adapter import text_encoder
+    from duet.serve.vllm.engine import AlignedLayout
+
+    out = export_for_vllm(aligned_checkpoint(tmp_path), tmp_path / "vllm")
+    loaded = load_gepard(tmp_path / "duet")
+    model = loaded.model.eval()
+    ids = text_encoder(loaded.tokenizer)(SynthesisRequest(text="hello world hello"))
+    with safe_open(str(out / "model.safetensors"), framework="pt") as f:
+        layout = AlignedLayout.load(model.config, f)
+        text_embedding = f.get_tensor("model.embed_tokens.weight").float()
+    durations = layout.durations(ids)
+    assert float(durations.sum()) > 8  # the text spans several tokens' worth of frames
+    bound, key = 12, 4242
+    bank, tables = FrameBank(64, 32), AlignedTables(None, model.config.backbone.width)
+    tables.write(key, layout.table(text_embedding, ids, bound + 1))
+
+    with torch.no_grad():
+        expected, state = model.prefill(GepardPrompt(torch.tensor([ids])))
+        embeds = text_embedding[torch.tensor(ids)].clone()
+        embeds[-1] += tables.rows(torch.tensor([key]), torch.tensor([0]))[0]
+        cache = model.new_cache()
+        got = model.heads(run_backbone(model.model, embeds[None], cache=cache)[:, -1:])
+        torch.testing.assert_close(got.codes, expected.codes, rtol=1e-4, atol=1e-4)
+        gen = torch.Generator().manual_seed(0)
+        for t in range(bound):
+            frame = torch.stack([torch.randint(0, level, (1,), generator=gen) for level in model.config.channel_levels],
+                                dim=1)  # (1, C)
+            slot_id = bank.store(frame, torch.tensor([key]), torch.tensor([t]))  # what the sampler emits
+            expected, state = model.step(frame, state)
+            keys, index = bank.stamps(slot_id)
+            x = model.audio_interface(bank.frames(slot_id)[:, None, :]) + tables.rows(keys, index + 1)[:, None]
+            got = model.heads(run_backbone(model.model, x, cache=cache))
+            torch.testing.assert_close(got.codes, expected.codes, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(got.stop, expected.stop, rtol=1e-4, atol=1e-4)

@@ -7,7 +7,9 @@ duet installed with its ``vllm.general_plugins`` entry point). duet's side runs 
    requests go through vLLM together (``python -m duet.serve.vllm.run``): greedy frames equal duet's own
    ``generate`` greedy frames, to the bound and with a stop threshold that makes the stop head fire mid-utterance;
    seeded sampling (temperature 1) equals the built-in engine's frames for the same seed;
-2. ``duet serve --engine vllm`` answers the speech API; its greedy audio equals the codec's decoding of duet's
+2. the same for a model with aligned text input (its duration predictor lays the text out; the client sends each
+   request's aligned vectors): greedy frames equal ``generate``'s, seeded frames the built-in engine's, at a speed;
+3. ``duet serve --engine vllm`` answers the speech API; its greedy audio equals the codec's decoding of duet's
    greedy frames, and concurrent streams finish and free their slots.
 """
 
@@ -28,7 +30,7 @@ import torch
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.codecs.registry import build, save_pretrained
 from duet.gepard.checkpoint import load_gepard, save_gepard
-from duet.gepard.config import gepard_tiny
+from duet.gepard.config import gepard_tiny, with_aligned_input
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.serve.adapter import SynthesisRequest
@@ -43,14 +45,15 @@ pytestmark = pytest.mark.skipif(not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X
 NEVER = 0.999  # a stop threshold the random stop head (p ~ 0.4-0.5) never crosses
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gepard-tiny")
+def make_tiny(root: Path, aligned: bool = False) -> dict:
     torch.manual_seed(0)
     tokenizer = save_bpe(train_bpe(["hello world, this is a tiny test of a speaking model"] * 20,
                                    BPEConfig(vocab_size=300)), root / "tokenizer.json")
-    checkpoint = save_gepard(GepardModel(gepard_tiny()), tokenizer, root / "duet",
-                             codec={"name": "duet-fsq", "frame_rate": 21.5})
+    model = GepardModel(with_aligned_input(gepard_tiny()) if aligned else gepard_tiny())
+    if aligned:
+        with torch.no_grad():  # about 3 frames per token (a random-init predictor gives ~0)
+            model.duration.head.bias.fill_(1.2)
+    checkpoint = save_gepard(model, tokenizer, root / "duet", codec={"name": "duet-fsq", "frame_rate": 21.5})
     torch.manual_seed(1)
     codec = save_pretrained(build("duet-fsq"), root / "codec")  # random weights: audio is noise, shapes are real
     loaded = load_gepard(checkpoint)
@@ -58,20 +61,30 @@ def tiny(tmp_path_factory):
             "loaded": loaded, "encode": text_encoder(loaded.tokenizer), "root": root}
 
 
-def reference(tiny, text: str, bound: int, stop_threshold: float) -> tuple[list, str, list[float]]:
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny(tmp_path_factory.mktemp("gepard-tiny"))
+
+
+@pytest.fixture(scope="module")
+def tiny_aligned(tmp_path_factory):
+    return make_tiny(tmp_path_factory.mktemp("gepard-tiny-aligned"), aligned=True)
+
+
+def reference(tiny, text: str, bound: int, stop_threshold: float, speed: float = 1.0) -> tuple[list, str, list[float]]:
     """duet's own greedy sampler: frames (T, C), how it ended, stop probabilities per step."""
     ids = tiny["encode"](SynthesisRequest(text=text))
     config = SamplingConfig(temperature=0, stop_threshold=stop_threshold, max_frames=bound, margin_frames=bound)
-    result = generate(tiny["loaded"].model, GepardPrompt(torch.tensor([ids])), config=config)
+    result = generate(tiny["loaded"].model, GepardPrompt(torch.tensor([ids]), speed=speed), config=config)
     n = int(result.lengths[0])
     return result.codes[0, :, :n].T.tolist(), result.ended[0], result.probes.stop_prob[0].tolist()
 
 
-def builtin_engine(tiny, text: str, params: SamplingParams, seed: int) -> list:
+def builtin_engine(tiny, text: str, params: SamplingParams, seed: int, speed: float = 1.0) -> list:
     """Packed frames (T, G) from duet's built-in serving adapter, seeded exactly as the engine seeds it."""
     codec = type("PackedCodec", (), {"codebook_sizes": (FSQConfig().codebook_size,) * 8})()
     adapter = GepardAdapter(tiny["loaded"].model, codec, tiny["encode"], GepardServeConfig())
-    (state,) = adapter.prefill([SynthesisRequest(text=text, params=params)], [seed])
+    (state,) = adapter.prefill([SynthesisRequest(text=text, params=params, speed=speed)], [seed])
     frames = []
     while len(frames) < params.max_frames:
         (out,) = adapter.step([state])
@@ -121,6 +134,38 @@ def test_vllm_frames_equal_duets_own_sampler(tiny):
     fsq = GroupFSQ(FSQConfig())
     packed = fsq.fold(torch.tensor(got[2]["frames"]).T[None])[0].T.tolist()  # (T, G)
     assert got[2]["ended"] == "bound" and packed == builtin
+
+
+def test_vllm_frames_of_an_aligned_model_equal_duets(tiny_aligned):
+    long_frames, long_end, _ = reference(tiny_aligned, "hello world", 24, NEVER)
+    assert long_end == "bound" and len(long_frames) == 24
+    _, _, probs = reference(tiny_aligned, "this is a test", 24, NEVER)  # its stop head rises mid-utterance
+    threshold, k = stop_threshold_mid(probs)
+    stop_frames, stop_end, _ = reference(tiny_aligned, "this is a test", 24, threshold)
+    assert stop_end == "stop" and len(stop_frames) == k
+    fast, _, _ = reference(tiny_aligned, "hello world", 24, NEVER, speed=1.5)
+    assert fast != long_frames  # the speed moves the layout, so the frames
+    sampled = SamplingParams(temperature=1.0, seed=77, stop_threshold=NEVER, max_frames=16)
+    builtin = builtin_engine(tiny_aligned, "this is a test", sampled, seed=77, speed=0.8)
+
+    requests = [{"text": "hello world", "bound": 24, "temperature": 0.0, "stop_threshold": NEVER},
+                {"text": "this is a test", "bound": 24, "temperature": 0.0, "stop_threshold": threshold},
+                {"text": "hello world", "bound": 24, "temperature": 0.0, "stop_threshold": NEVER, "speed": 1.5},
+                {"text": "this is a test", "bound": 16, "temperature": 1.0, "seed": 77, "stop_threshold": NEVER,
+                 "speed": 0.8}]
+    req_file, out_file = tiny_aligned["root"] / "requests.json", tiny_aligned["root"] / "out.json"
+    req_file.write_text(json.dumps(requests))
+    proc = run_vllm("-m", "duet.serve.vllm.run", str(tiny_aligned["vllm"]), str(req_file), str(out_file))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(out_file.read_text())["results"]
+
+    assert got[0] == {"frames": long_frames, "ended": "bound"}
+    assert got[1] == {"frames": stop_frames, "ended": "stop"}
+    assert got[2] == {"frames": fast, "ended": "bound"}
+    packed = GroupFSQ(FSQConfig()).fold(torch.tensor(got[3]["frames"]).T[None])[0].T.tolist()  # (T, G)
+    assert got[3]["ended"] == "bound" and packed == builtin
+    leftovers = list(Path("/dev/shm").glob("duet-frame-bank-*.aligned-*")) if Path("/dev/shm").is_dir() else []
+    assert not leftovers, leftovers  # every request's table was removed when it ended
 
 
 def _free_port() -> int:

@@ -6,11 +6,16 @@ time (``add`` / ``step`` / ``abort``), so duet's own engine thread (``duet.serve
 cancellation, the codec's stream decoders and the HTTP API, and vLLM does the batching, paged KV cache and model.
 
 Per request: the text is tokenised with the checkpoint's tokenizer and wrapped as [SOT, text, EOT, SOS]
-(``duet.gepard.model.wrap_text``; a speaker prefix would be prepended as embeddings here), embedded with the
+(``duet.text.prompts.gepard_prompt``; a speaker prefix would be prepended as embeddings here), embedded with the
 checkpoint's own text embedding *outside* vLLM and sent as ``prompt_embeds``; vLLM decodes one frame-slot id per
 step (``sampler.py``, ``frames.py``), ending with STOP or at ``max_tokens = bound + 1`` (one spare step, so that
 a stop decision exactly at the bound reads as "stop", as in ``duet.gepard.generate``); the client turns ids back
 into (C, T) channel codes from the frame bank, checking each slot's stamp.
+
+A model with aligned text input (``duet.gepard.aligned``) runs its duration predictor and ``AlignedInput`` here, in
+the client, once per request: the aligned vector of the SOS position joins the prompt embeddings, and those of
+positions 1 .. bound go into the request's table (``frames.AlignedTables``), which the model inside vLLM adds to
+each fed frame. The stock backbone inside vLLM is unchanged.
 
 vLLM is imported when a GepardVLLM is built, never when this module is imported; building one spawns vLLM's
 worker process(es), so scripts that build it need an ``if __name__ == "__main__":`` guard.
@@ -34,7 +39,7 @@ from duet.errors import DuetError, MissingDependency
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
 from duet.serve.sampling import SamplingParams
-from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, FrameBank, create_bank_file
+from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, AlignedTables, FrameBank, create_bank_file
 
 
 @dataclass(frozen=True)
@@ -86,11 +91,13 @@ class GepardVLLM:
         self.encode = text_encoder(self.tokenizer)
         with safe_open(str(self.model_dir / "model.safetensors"), framework="pt") as f:
             self.text_embedding = f.get_tensor("model.embed_tokens.weight").float()  # (V_text, D)
+            self.layout = AlignedLayout.load(self.gepard, f) if self.gepard.aligned is not None else None
         self.dtype = getattr(torch, config.dtype)
         self.config = config
         self.max_model_len = config.max_model_len or self.gepard.backbone.max_positions
         self.bank_path = create_bank_file(hf["frame_slots"], len(self.levels))
         self.bank = FrameBank(hf["frame_slots"], len(self.levels), self.bank_path)
+        self.tables = AlignedTables(self.bank_path, self.gepard.backbone.width) if self.layout is not None else None
         self._requests: dict[str, VLLMRequest] = {}
         try:
             self.engine = self._build_engine()
@@ -125,8 +132,15 @@ class GepardVLLM:
             x = torch.cat([prefix.float(), x], dim=0)
         return x.to(self.dtype)
 
-    def add(self, token_ids: Sequence[int], params: SamplingParams, bound: int, seed: int) -> VLLMRequest:
-        """Queue one request (wrapped text ids) to produce at most ``bound`` frames."""
+    def predicted_frames(self, token_ids: Sequence[int], speed: float = 1.0) -> float:
+        """How many frames an aligned model's duration predictor gives this text (wrapped ids)."""
+        assert self.layout is not None, "only a model with aligned text input predicts its length"
+        return float(self.layout.durations(token_ids, speed).sum())
+
+    def add(self, token_ids: Sequence[int], params: SamplingParams, bound: int, seed: int,
+            speed: float = 1.0) -> VLLMRequest:
+        """Queue one request (wrapped text ids) to produce at most ``bound`` frames (``speed``: an aligned model's
+        speaking rate, > 1 faster)."""
         from vllm import SamplingParams as VSamplingParams
 
         if len(token_ids) + bound + 1 > self.max_model_len:
@@ -136,9 +150,23 @@ class GepardVLLM:
         vparams = VSamplingParams(temperature=0.0, max_tokens=bound + 1, stop_token_ids=[STOP_ID], detokenize=False,
                                   extra_args={EXTRA_KEY: request_params(params, seed, key)})
         rid = uuid.uuid4().hex
-        self.engine.add_request(rid, {"prompt_embeds": self.prompt_embeds(token_ids)}, vparams)
+        embeds = self.prompt_embeds(token_ids)  # (S, D)
+        if self.layout is not None:
+            assert self.tables is not None
+            table = self.layout.table(self.text_embedding, token_ids, bound + 1, speed)  # (bound + 1, D)
+            embeds[-1] += table[0].to(embeds.dtype)  # SOS predicts frame 0 (GepardModel.prefill)
+            self.tables.write(key, table)
+        try:
+            self.engine.add_request(rid, {"prompt_embeds": embeds}, vparams)
+        except BaseException:
+            self._forget(key)
+            raise
         req = self._requests[rid] = VLLMRequest(rid, key, bound)
         return req
+
+    def _forget(self, key: int) -> None:
+        if self.tables is not None:
+            self.tables.remove(key)
 
     def step(self) -> None:
         """One vLLM engine step; new frames land in their requests' ``frames``."""
@@ -157,6 +185,7 @@ class GepardVLLM:
                 req.emitted += len(new)
             if out.finished:
                 req.finished, req.stopped = True, stop
+                self._forget(req.key)
 
     def take(self, req: VLLMRequest) -> torch.Tensor:
         """The frames produced since the last take: (C, t) channel codes."""
@@ -167,6 +196,7 @@ class GepardVLLM:
     def abort(self, req: VLLMRequest) -> None:
         if not req.finished:
             self.engine.abort_request([req.rid])
+        self._forget(req.key)
         self._requests.pop(req.rid, None)
 
     def has_unfinished(self) -> bool:
@@ -179,6 +209,8 @@ class GepardVLLM:
             if shutdown is not None:
                 shutdown()
             self.engine = None
+        for req in self._requests.values():
+            self._forget(req.key)
         self.bank_path.unlink(missing_ok=True)
 
     def __enter__(self) -> "GepardVLLM":
@@ -186,6 +218,45 @@ class GepardVLLM:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AlignedLayout:
+    """An aligned model's text layout, run in the client: its duration predictor and ``AlignedInput``, loaded from
+    the export's ``duration.*`` and ``aligned.*`` tensors, computed exactly as ``GepardModel.prefill`` / ``step``."""
+
+    def __init__(self, config, state: dict[str, torch.Tensor]):
+        from duet.gepard.aligned import EOT_BACK, DurationHead
+        from duet.nn.aligned import AlignedInput
+
+        assert config.aligned is not None
+        self.aligned = AlignedInput(config.backbone.width, config.aligned.window, EOT_BACK)
+        self.duration = DurationHead(config.aligned.duration)
+        for name, module in (("aligned", self.aligned), ("duration", self.duration)):
+            module.load_state_dict({k.removeprefix(f"{name}."): v.float() for k, v in state.items()
+                                    if k.startswith(f"{name}.")})
+            module.eval()
+
+    @classmethod
+    def load(cls, config, tensors) -> "AlignedLayout":
+        """From an open safetensors file (``safe_open``)."""
+        names = [k for k in tensors.keys() if k.startswith(("aligned.", "duration."))]
+        return cls(config, {k: tensors.get_tensor(k) for k in names})
+
+    @torch.no_grad()
+    def durations(self, token_ids: Sequence[int], speed: float = 1.0) -> torch.Tensor:
+        """Wrapped ids (S,) -> predicted frames per token (1, S)."""
+        ids = torch.as_tensor([list(token_ids)], dtype=torch.long)
+        return self.duration.predict(ids, torch.tensor([ids.shape[1]]), speed)
+
+    @torch.no_grad()
+    def table(self, text_embedding: torch.Tensor, token_ids: Sequence[int], positions: int,
+              speed: float = 1.0) -> torch.Tensor:
+        """The aligned vectors (P, D) of audio positions 0 .. P - 1 (position 0 is SOS; frame t is fed at t + 1)."""
+        ids = torch.as_tensor([list(token_ids)], dtype=torch.long)
+        text = text_embedding[ids]  # (1, S, D)
+        lengths = torch.tensor([ids.shape[1]])
+        at = torch.arange(positions)[None]  # (1, P)
+        return self.aligned(text, lengths, self.durations(token_ids, speed), at)[0]
 
 
 @dataclass(eq=False)
@@ -218,9 +289,12 @@ class VLLMGepardAdapter:
         self.max_frames = min(self._bound.max_frames, vllm.max_model_len - 4)
 
     def validate(self, request: SynthesisRequest) -> None:
-        from duet.serve.gepard_adapter import check_gepard_request
+        from duet.serve.gepard_adapter import check_gepard_request, check_predicted_length
 
-        check_gepard_request(request, self.name, self.voices)
+        check_gepard_request(request, self.name, self.voices, speed=self.vllm.layout is not None)
+        if self.vllm.layout is not None and request.params.max_frames is None:
+            check_predicted_length(self.vllm.predicted_frames(self.vllm.encode(request), request.speed),
+                                   self.max_frames, self.codec.frame_rate)
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request)) + 1
         if need > self.vllm.max_model_len:
             raise InvalidRequest(f"prompt + frames = {need} positions exceeds the model's {self.vllm.max_model_len}",
@@ -239,7 +313,7 @@ class VLLMGepardAdapter:
         states = []
         for request, seed in zip(requests, seeds):
             bound = request.params.max_frames or self.frame_bound(request)
-            vreq = self.vllm.add(self.vllm.encode(request), request.params, bound, seed)
+            vreq = self.vllm.add(self.vllm.encode(request), request.params, bound, seed, request.speed)
             states.append(_State(request, vreq))
         return states  # vLLM prefills them in its next step
 

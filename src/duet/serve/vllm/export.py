@@ -4,9 +4,10 @@
 
 Writes ``OUT_DIR/config.json``: a Qwen3 config (what vLLM's ``Qwen3Model`` reads) with
 ``architectures = ["GepardForTTS"]`` plus Gepard's own fields (``channel_levels``, ``audio_embed_dim``,
-``frame_slots``, ``text_vocab_size``) and the original duet checkpoint metadata under ``duet`` (config, codec);
+``frame_slots``, ``text_vocab_size``, ``aligned_input``) and the original duet checkpoint metadata under ``duet`` (config, codec);
 ``model.safetensors`` unchanged (duet's names are already vLLM's: ``model.*``, ``audio_interface.*``,
-``heads.*``; the text embedding stays in it, because the client computes prompt embeddings from it); and
+``heads.*``; the text embedding stays in it, because the client computes prompt embeddings from it, and so do an
+aligned model's ``aligned.*`` and ``duration.*``, which the client runs and vLLM's loader skips); and
 ``tokenizer.json`` (the client's, vLLM runs with ``skip_tokenizer_init``).
 
 ``vocab_size`` is what vLLM believes the vocabulary is: ``1 + frame_slots`` token ids (STOP + frame-bank slots,
@@ -35,10 +36,6 @@ def vllm_config(meta: dict, frame_slots: int = DEFAULT_FRAME_SLOTS) -> dict:
     from duet.nn.backbone import qwen3_config
 
     config = GepardConfig.from_dict(meta["config"])
-    if config.aligned is not None:
-        raise DuetError(f"{config.name} has aligned text input (a duration predictor and a per-frame text input "
-                        "outside the stock backbone), which duet's vLLM plugin does not serve yet; use the built-in "
-                        "engine (duet serve without --engine vllm)")
     bb = config.backbone
     hf = qwen3_config(bb).to_dict()
     hf.pop("attn_implementation", None)
@@ -57,6 +54,7 @@ def vllm_config(meta: dict, frame_slots: int = DEFAULT_FRAME_SLOTS) -> dict:
         "channel_levels": list(config.channel_levels),
         "audio_embed_dim": config.audio_embed_dim,
         "frame_slots": frame_slots,
+        "aligned_input": config.aligned is not None,  # the client sends each request's aligned vectors (frames.py)
         "duet": {k: meta[k] for k in ("type", "format_version", "config", "codec", "info") if k in meta},
     })
     return hf

@@ -13,7 +13,13 @@ request's key and frame index) that lets a reader check the slot still holds *it
 after ``slots`` more frames, and a reader that fell that far behind (or a request that vLLM preempted and
 recomputes after its slots were reused) gets an error, never wrong audio.
 
-Shape legend: N slots, C channels (32), B rows.
+A model with aligned text input (``duet.gepard.aligned``) also needs, for each frame it is fed, the aligned vector
+of that frame's audio position. The client computes a request's vectors for every position it can reach, once,
+with duet's own duration predictor and ``AlignedInput`` (``engine.py``), and writes them as one file next to the
+bank (:class:`AlignedTables`); the model adds row ``t + 1`` of the request's table to frame ``t``'s embedding,
+finding the request and ``t`` by the slot's stamp. Position 0 (SOS) rides in the prompt embeddings.
+
+Shape legend: N slots, C channels (32), B rows, P audio positions of one request, D model width.
 """
 
 from __future__ import annotations
@@ -90,6 +96,12 @@ class FrameBank:
                                "export with more frame slots (--frame-slots) or run fewer streams")
         return rows[:, : self.channels].long().T  # (C, T)
 
+    def stamps(self, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """token ids (B,) -> (request keys (B,), frame indices (B,)) int64 of their slots, unchecked."""
+        slot = (token_ids.cpu().long() - 1).clamp(min=0) % self.slots
+        rows = self.rows[slot]
+        return rows[:, self.channels].long(), rows[:, self.channels + 1].long()
+
     def check(self, token_ids: list[int], key: int) -> bool:
         """Do the slots of these ids (frames 0, 1, ...) still hold this request's frames? (recompute guard)"""
         if not token_ids:
@@ -98,6 +110,77 @@ class FrameBank:
         rows = self.rows[ids - 1]
         expected = torch.arange(len(token_ids), dtype=torch.int32)
         return bool((rows[:, self.channels] == key).all()) and bool((rows[:, self.channels + 1] == expected).all())
+
+
+class AlignedTables:
+    """Each running request's aligned vectors (P, D) float32, one file per request beside the bank file.
+
+    The client writes a table before it submits the request and removes it when the request ends; the model reads
+    rows by (key, position). A private instance (``bank_path=None``) keeps the tables in memory (tests, one process).
+    """
+
+    def __init__(self, bank_path: str | os.PathLike | None, width: int):
+        self.bank_path = None if bank_path is None else Path(bank_path)
+        self.width = width
+        self._private: dict[int, torch.Tensor] = {}
+        self._open: dict[int, np.memmap] = {}
+
+    def path(self, key: int) -> Path:
+        assert self.bank_path is not None
+        return self.bank_path.with_name(f"{self.bank_path.name}.aligned-{key}")
+
+    def write(self, key: int, table: torch.Tensor) -> None:
+        """table (P, D): the aligned vector of audio positions 0 .. P - 1."""
+        if table.ndim != 2 or table.shape[1] != self.width:
+            raise ValueError(f"need a (P, {self.width}) table, got {tuple(table.shape)}")
+        data = table.detach().cpu().float().contiguous()
+        if self.bank_path is None:
+            self._private[key] = data
+            return
+        tmp = self.path(key).with_suffix(".tmp")
+        data.numpy().tofile(tmp)
+        os.replace(tmp, self.path(key))
+
+    def remove(self, key: int) -> None:
+        if self.bank_path is None:
+            self._private.pop(key, None)
+        else:
+            self.path(key).unlink(missing_ok=True)
+
+    def _table(self, key: int) -> torch.Tensor | np.memmap | None:
+        if self.bank_path is None:
+            return self._private.get(key)
+        table = self._open.get(key)
+        if table is not None and not self.path(key).exists():  # the client removed it: the request is over
+            del self._open[key]
+            return None
+        if table is None:
+            try:
+                table = np.memmap(self.path(key), dtype=np.float32, mode="r").reshape(-1, self.width)
+            except (FileNotFoundError, ValueError):  # no such request (a warm-up or prompt placeholder id)
+                return None
+            self._open[key] = table
+        return table
+
+    def rows(self, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """keys (B,), audio positions (B,) -> aligned vectors (B, D); zeros for a key without a table.
+
+        A position past a table's end reads its last row (the table covers every position a request can reach).
+        Tables of keys absent from this call are let go, so a finished request's mapping does not outlive it.
+        """
+        out = torch.zeros((keys.shape[0], self.width))
+        wanted = set(keys.tolist())
+        for key in list(self._open):
+            if key not in wanted:
+                del self._open[key]
+        for key in wanted:
+            table = self._table(key)
+            if table is None:
+                continue
+            at = (keys == key).nonzero()[:, 0]
+            rows = positions[at].clamp(min=0, max=len(table) - 1)
+            out[at] = torch.as_tensor(np.asarray(table[rows.numpy()]), dtype=torch.float32)
+        return out
 
 
 _BANKS: dict[str, FrameBank] = {}

@@ -13,7 +13,9 @@ Parts and their vLLM names (equal to duet's checkpoint names, so ``load_weights`
   (``engine.py``), so the text embedding is never used inside vLLM;
 - ``compute_logits``: the heads' 216 channel logits and the stop logit, in the first 217 columns of a
   (B, vocab) tensor; ``sampler.GepardFrameSampler`` turns them into a frame and a frame-bank slot id;
-- ``embed_input_ids``: token id -> the frame stored in that slot -> the audio interface's embedding.
+- ``embed_input_ids``: token id -> the frame stored in that slot -> the audio interface's embedding; a model with
+  aligned text input adds the aligned vector of the frame's audio position, read from the request's table by the
+  slot's stamp (``frames.AlignedTables``; the duration predictor and ``AlignedInput`` run in the client).
 The vocabulary vLLM sees is therefore ``1 + frame_slots`` ids (STOP + slots), not text; the text embedding rows are
 zero-padded up to it at load time so vLLM's embedding layer keeps its shape.
 
@@ -33,7 +35,7 @@ from vllm.model_executor.models.qwen3 import Qwen3Model
 from vllm.model_executor.models.utils import maybe_prefix
 from vllm.sequence import IntermediateTensors
 
-from duet.serve.vllm.frames import bank_for
+from duet.serve.vllm.frames import AlignedTables, bank_for
 
 
 class AudioInterface(nn.Module):
@@ -72,13 +74,20 @@ class GepardForVLLM(nn.Module):
         self.model = Qwen3Model(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
         self.audio_interface = AudioInterface(self.levels, config.audio_embed_dim, config.hidden_size)
         self.heads = Heads(self.levels, config.hidden_size)
-        self.bank = bank_for(getattr(config, "frame_bank_path", None), config.frame_slots, len(self.levels))
+        bank_path = getattr(config, "frame_bank_path", None)
+        self.bank = bank_for(bank_path, config.frame_slots, len(self.levels))
+        self.aligned = AlignedTables(bank_path, config.hidden_size) if getattr(config, "aligned_input", False) else None
         self.make_empty_intermediate_tensors = self.model.make_empty_intermediate_tensors
 
     def embed_input_ids(self, input_ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         """Frame-slot ids (N,) -> frame embeddings (N, D): the previous step's frame, through the audio interface."""
         codes = self.bank.frames(input_ids).to(input_ids.device)  # (N, C)
-        return self.audio_interface(codes).to(self.heads.codes.weight.dtype)
+        x = self.audio_interface(codes).to(self.heads.codes.weight.dtype)  # (N, D)
+        if self.aligned is not None:
+            keys, index = self.bank.stamps(input_ids)  # frame t is fed at audio position t + 1
+            keys = torch.where(input_ids.cpu() >= 1, keys, torch.zeros_like(keys))  # STOP / placeholders: no table
+            x = x + self.aligned.rows(keys, index + 1).to(device=x.device, dtype=x.dtype)
+        return x
 
     def forward(self, input_ids: torch.Tensor | None, positions: torch.Tensor,
                 intermediate_tensors: IntermediateTensors | None = None,

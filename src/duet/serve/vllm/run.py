@@ -2,8 +2,8 @@
 
     python -m duet.serve.vllm.run MODEL_DIR REQUESTS.json OUT.json [--max-num-seqs 4] [--dtype float32]
 
-``REQUESTS.json``: a list of ``{"text", "bound", "temperature", "top_k", "top_p", "stop_threshold", "seed"}``
-(all but ``text`` and ``bound`` optional, duet's defaults). ``OUT.json``: per request ``{"frames": [[c_0 .. c_31],
+``REQUESTS.json``: a list of ``{"text", "bound", "temperature", "top_k", "top_p", "stop_threshold", "seed",
+"speed"}`` (all but ``text`` and ``bound`` optional, duet's defaults; ``speed`` for a model with aligned input). ``OUT.json``: per request ``{"frames": [[c_0 .. c_31],
 ...], "ended": "stop" | "bound"}``, plus the engine's start-up and generation seconds. All requests are submitted at
 once, so vLLM batches them. The ``__main__`` guard is required: vLLM starts its processes with ``spawn``.
 """
@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.perf_counter()
         reqs = []
         for spec in specs:
-            params = SamplingParams(**{k: v for k, v in spec.items() if k not in ("text", "bound")})
+            params = SamplingParams(**{k: v for k, v in spec.items() if k not in ("text", "bound", "speed")})
             ids = engine.encode(SynthesisRequest(text=spec["text"]))
-            reqs.append(engine.add(ids, params, spec["bound"], params.seed or 0))
+            reqs.append(engine.add(ids, params, spec["bound"], params.seed or 0, spec.get("speed", 1.0)))
         while not all(r.finished for r in reqs):
             engine.step()
         results = [{"frames": engine.take(r).T.tolist(), "ended": "stop" if r.stopped else "bound"} for r in reqs]

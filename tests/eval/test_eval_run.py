@@ -174,7 +174,7 @@ def test_run_dir_refuses_another_model(test_set, tmp_path):
 
 
 def test_registry():
-    with pytest.raises(DuetError, match=r"unknown model 'nope:x'; known: .*codec.*gepard.*ground-truth.*mock") as err:
+    with pytest.raises(DuetError, match=r"unknown model 'nope:x': .* one of .*codec.*gepard.*ground-truth.*mock") as err:
         load_synthesizer("nope:x")
     assert "\n" not in str(err.value)
     with pytest.raises(DuetError, match="needs a codec"):
@@ -213,6 +213,18 @@ def test_gepard_from_a_shipped_checkpoint(test_set, tmp_path):
     assert len(res.rows) == 2 and all(r["frames"] == 3 and r["ended"] == "bound" for r in res.rows)
     with pytest.raises(DuetError, match="unknown model"):
         load_synthesizer("gepard:no-such-model")
+
+
+def test_a_bare_checkpoint_directory_is_read_by_its_type(tmp_path):
+    from checkpoint_testing import write_tiny_gepard
+    from duet.eval.synth import EngineSynthesizer
+    from duet.serve.gepard_adapter import GepardAdapter
+
+    synth = load_synthesizer(str(write_tiny_gepard(tmp_path / "ckpt")), SynthOptions(batch_size=2))
+    assert isinstance(synth, EngineSynthesizer) and isinstance(synth.adapter, GepardAdapter)
+    synth.close()
+    with pytest.raises(DuetError, match="neither a shipped model"):
+        load_synthesizer(str(tmp_path / "nothing-here"))
 
 
 def test_codec_resynthesis_keeps_lengths(test_set):

@@ -375,11 +375,20 @@ def known_models() -> list[str]:
 
 def load_synthesizer(spec: str, options: SynthOptions = SynthOptions()) -> Synthesizer:
     """``"ground-truth"``, ``"codec:duet-fsq"``, ``"mock"``, ``"gepard[:NAME|DIR]"`` (default gepard-tiny),
-    ``"luna[:NAME|DIR]"`` (default luna-tiny), or a name given to :func:`register_synthesizer`."""
+    ``"luna[:NAME|DIR]"`` (default luna-tiny), a name given to :func:`register_synthesizer`, or a shipped model's
+    name or directory as ``duet speak`` takes it (its family read from its ``config.json``)."""
     name, _, arg = spec.partition(":")
     name = _ALIASES.get(name, name)
     factory = _REGISTRY.get(name)
     if factory is None:
-        raise DuetError(f"unknown model {spec!r}; known: {', '.join(known_models())} "
-                        "(Gepard and Luna register here once their checkpoints ship)")
+        from duet.shipped import model_type
+
+        try:
+            _, kind = model_type(spec)
+        except DuetError:
+            kind = None
+        if kind not in _REGISTRY:
+            raise DuetError(f"unknown model {spec!r}: neither a shipped model name or directory nor one of "
+                            f"{', '.join(known_models())}")
+        return _REGISTRY[kind](spec, options)
     return factory(arg or None, options)

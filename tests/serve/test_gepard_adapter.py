@@ -4,6 +4,8 @@ Greedy decoding removes sampling from the comparison, so the served frames must 
 (``duet.gepard.generate``) for each request, alone or batched with others that join at different steps.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -180,7 +182,8 @@ def test_aligned_model_refuses_a_text_longer_than_one_request_holds():
     """An aligned model predicts its length: a text that would run past the frame bound is a clear 400, never a
     silently cut WAV."""
     model = micro_model(aligned=True)
-    adapter = GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64))
+    adapter = GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64,
+                                                                             margin_frames=0))
     ids = torch.tensor([encode(SynthesisRequest(text="x" * 40))])
     predicted = float(model.duration.predict(ids, torch.tensor([ids.shape[1]])).sum())
     assert predicted > 0
@@ -188,4 +191,37 @@ def test_aligned_model_refuses_a_text_longer_than_one_request_holds():
     adapter.validate(SynthesisRequest(text="x" * max(fits, 1)))
     with pytest.raises(InvalidRequest, match="split it into shorter requests") as err:
         adapter.validate(SynthesisRequest(text="x" * 200))
+    assert err.value.code == "context_length_exceeded"
+
+
+def test_aligned_model_refuses_a_text_that_would_end_within_the_margin_of_its_bound():
+    """Sampled speech runs a little past its prediction: a text predicted just under the bound would be cut at
+    the bound, so it is refused too (margin_frames of room)."""
+    model = micro_model(aligned=True)
+    text = "x" * 40
+    ids = torch.tensor([encode(SynthesisRequest(text=text))])
+    predicted = float(model.duration.predict(ids, torch.tensor([ids.shape[1]])).sum())
+    just_over = math.ceil(predicted) + 1  # a bound the prediction fits, without room to end late
+    tight = GepardAdapter(model, packed_codec(), encode,
+                          GepardServeConfig(name="micro", max_frames=just_over, margin_frames=5))
+    with pytest.raises(InvalidRequest, match="margin") as err:
+        tight.validate(SynthesisRequest(text=text))
+    assert err.value.code == "context_length_exceeded"
+    roomy = GepardAdapter(model, packed_codec(), encode,
+                          GepardServeConfig(name="micro", max_frames=just_over + 5, margin_frames=5))
+    roomy.validate(SynthesisRequest(text=text))
+
+
+def test_a_text_past_the_models_positions_is_refused_before_the_duration_model_runs(monkeypatch):
+    """The duration model costs the square of the text (a 4,000-digit number is 21,000 tokens: 20 s of CPU on
+    gepard-tiny); a text that cannot fit the model's positions is refused without it."""
+    model = micro_model(aligned=True)
+    adapter = GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64))
+
+    def never(*args, **kwargs):
+        raise AssertionError("the duration model ran")
+
+    monkeypatch.setattr(model.duration, "predict", never)
+    with pytest.raises(InvalidRequest, match="positions") as err:
+        adapter.validate(SynthesisRequest(text="x" * 600))  # 603 prompt positions, the micro model has 512
     assert err.value.code == "context_length_exceeded"

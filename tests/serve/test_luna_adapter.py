@@ -251,3 +251,18 @@ def test_duet_serve_takes_a_model_name_or_directory_as_duet_speak_does(model_dir
     (tmp_path / "config.json").write_text('{"type": "codec"}')
     with pytest.raises(DuetError, match="holds a 'codec' model"):
         served_model(str(tmp_path), None)
+
+
+def test_a_text_past_the_models_positions_is_refused_before_the_duration_model_runs(model_dir, monkeypatch):
+    """Luna's duration model costs the square of the text (a 4,000-digit number: 40 s of CPU on luna-tiny); a text
+    that cannot fit the model's positions is refused without running it."""
+    fresh = load_luna_adapter(str(model_dir), name="luna")  # its own per-request plans, none cached
+
+    def never(*args, **kwargs):
+        raise AssertionError("the duration model ran")
+
+    monkeypatch.setattr(fresh.duration, "token_durations", never)
+    limit = fresh.model.config.backbone.max_positions
+    with pytest.raises(InvalidRequest, match="positions") as err:
+        fresh.validate(SynthesisRequest(text="ab " * limit))
+    assert err.value.code == "context_length_exceeded"

@@ -126,12 +126,14 @@ def check_gepard_request(request: SynthesisRequest, name: str, voices: Sequence[
         raise InvalidRequest(f"{name} has no speed control; use speed 1.0", param="speed")
 
 
-def check_predicted_length(frames: float, max_frames: int, frame_rate: float) -> None:
-    """An aligned model knows how long a text will be: refuse one longer than a request can hold."""
-    if frames > max_frames:
-        raise InvalidRequest(f"this text needs about {frames / frame_rate:.0f} s of speech, more than the "
-                             f"{max_frames / frame_rate:.0f} s one request can hold; split it into shorter requests",
-                             param="input", code="context_length_exceeded")
+def check_predicted_length(frames: float, max_frames: int, frame_rate: float, margin_frames: int = 0) -> None:
+    """An aligned model knows how long a text will be: refuse one that would not end ``margin_frames`` before the
+    bound (sampled speech runs a little longer or shorter than predicted; past the bound it would be cut)."""
+    if frames + margin_frames > max_frames:
+        room = (max_frames - margin_frames) / frame_rate
+        raise InvalidRequest(f"this text needs about {frames / frame_rate:.1f} s of speech; one request holds "
+                             f"{room:.1f} s (and {margin_frames / frame_rate:.1f} s of margin); split it into shorter "
+                             "requests", param="input", code="context_length_exceeded")
 
 
 @dataclass(eq=False)
@@ -171,12 +173,16 @@ class GepardAdapter:
 
     def validate(self, request: SynthesisRequest) -> None:
         check_gepard_request(request, self.name, self.voices, speed=self.model.is_aligned)
+        limit = self.model.config.backbone.max_positions
+        prompt = self.prompt_positions(request)
+        if prompt >= limit:  # before the duration model, whose cost grows with the square of the text
+            raise InvalidRequest(f"the text takes {prompt} positions, the model has {limit}; split it into shorter "
+                                 "requests", param="input", code="context_length_exceeded")
         if self.model.is_aligned and request.params.max_frames is None:  # it knows how long the text will be
             ids = torch.tensor([self.encode_text(request)], dtype=torch.long, device=self._device)  # (1, S)
             lengths = torch.tensor([ids.shape[1]], device=self._device)
             frames = float(self.model.duration.predict(ids, lengths, request.speed).sum())
-            check_predicted_length(frames, self.max_frames, self.codec.frame_rate)
-        limit = self.model.config.backbone.max_positions
+            check_predicted_length(frames, self.frame_bound(request), self.codec.frame_rate, self.config.margin_frames)
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request))
         if need > limit:
             raise InvalidRequest(f"prompt + frames = {need} positions exceeds the model's {limit}", param="input",

@@ -227,6 +227,10 @@ class LunaAdapter:
         if not (math.isfinite(request.speed) and request.speed > 0):
             raise InvalidRequest(f"speed must be a positive number, got {request.speed}", param="speed")
         ids = luna_prompt(request.text, self.tokenizer, language=self.config.language)
+        limit = self.model.config.backbone.max_positions
+        if len(ids) >= limit:  # before the duration model, whose cost grows with the square of the text
+            raise InvalidRequest(f"the text takes {len(ids)} positions, the model has {limit}; split it into shorter "
+                                 "requests", param="input", code="context_length_exceeded")
         text = torch.tensor([ids], dtype=torch.long, device=self._device)  # (1, S)
         lengths = torch.tensor([len(ids)], device=self._device)  # (1,)
         durations = self.duration.token_durations(text, lengths)  # (1, S) expected frames per token

@@ -294,7 +294,7 @@ class VLLMGepardAdapter:
         check_gepard_request(request, self.name, self.voices, speed=self.vllm.layout is not None)
         if self.vllm.layout is not None and request.params.max_frames is None:
             check_predicted_length(self.vllm.predicted_frames(self.vllm.encode(request), request.speed),
-                                   self.max_frames, self.codec.frame_rate)
+                                   self.frame_bound(request), self.codec.frame_rate, self._bound.margin_frames)
         need = self.prompt_positions(request) + (request.params.max_frames or self.frame_bound(request)) + 1
         if need > self.vllm.max_model_len:
             raise InvalidRequest(f"prompt + frames = {need} positions exceeds the model's {self.vllm.max_model_len}",

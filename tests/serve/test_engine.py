@@ -281,3 +281,30 @@ def test_submit_after_stop_is_refused():
 
     with pytest.raises(EngineClosed):
         engine.submit(req(3))
+
+
+def test_a_request_past_its_time_budget_ends_alone_and_frees_its_slot():
+    """A request may take time_budget_s + time_budget_per_audio_s x the audio its bound allows; one that never
+    stops (a stuck model) ends as an error with code "timeout", and a short request beside it is untouched."""
+    from duet.serve.errors import GenerationFailed
+
+    script = lambda request: None if request.text == "stuck" else 4  # noqa: E731
+    config = EngineConfig(scheduler=SchedulerConfig(max_running=4), time_budget_s=0.3, time_budget_per_audio_s=0.0)
+    with Engine(MockAdapter(MockConfig(step_delay_s=0.01, max_frames=100_000), script=script), config) as engine:
+        assert engine.time_budget(50) == pytest.approx(0.3)
+        stuck, short = engine.submit(SynthesisRequest(text="stuck")), engine.submit(req("x", seed=1))
+        assert short.collect(timeout=30)[1].reason == "stop"
+        started = time.perf_counter()
+        with pytest.raises(GenerationFailed, match="time budget") as err:
+            stuck.collect(timeout=30)
+        assert err.value.code == "timeout" and time.perf_counter() - started < 5
+        assert stuck.finish.reason == "error" and stuck.finish.code == "timeout"
+        stats = engine.stats()
+        assert stats.running == stats.waiting == stats.cache_bytes_used == 0
+
+
+def test_the_time_budget_grows_with_the_audio_a_request_may_make():
+    engine = Engine(MockAdapter(), EngineConfig(time_budget_s=60.0, time_budget_per_audio_s=10.0))  # 50 frames/s
+    assert engine.time_budget(50) == pytest.approx(70.0) and engine.time_budget(500) == pytest.approx(160.0)
+    with pytest.raises(DuetError):
+        EngineConfig(time_budget_s=0.0)

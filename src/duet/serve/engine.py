@@ -11,7 +11,12 @@ Every iteration of the engine thread (one *step*):
 A request ends with one of four reasons: ``stop`` (the model's stop probability exceeded the request's
 threshold, or a non-AR adapter said ``final``), ``bound`` (its ``max_frames`` was reached), ``cancelled``
 (the consumer called ``cancel`` or dropped its iterator, e.g. an HTTP client disconnected) and ``error``
-(the adapter or codec raised; the engine fails the affected requests and keeps serving).
+(the adapter or codec raised, or the request ran past its time budget; the engine fails the affected requests
+and keeps serving).
+
+Time budget: a request may take ``time_budget_s`` + ``time_budget_per_audio_s`` x the seconds of audio its frame
+bound allows, from submission (queueing included), so a slow client of the batch, an overloaded server or a model
+that refines too long cannot hold a slot for ever; past it the request ends as ``error`` with code ``timeout``.
 
 Consumers get a :class:`RequestHandle`: an async iterator of audio chunks (mono float32 numpy arrays at the
 codec's sample rate) for asyncio code, or ``collect()`` for blocking code. Model and codec calls happen on the
@@ -59,8 +64,15 @@ class EngineConfig:
     # torch intra-op threads of the engine thread (None: torch's default). On CPU, 1 is often fastest: measured
     # on 2 cores, a gepard-tiny step from a non-main thread took 9.3 ms with 2 threads and 4.4 ms with 1.
     torch_threads: int | None = None
+    # Wall-clock budget of one request (module doc): generous for one stream (gepard-tiny makes audio several
+    # times faster than real time on one core), short of for ever for a stuck one.
+    time_budget_s: float = 60.0
+    time_budget_per_audio_s: float = 10.0
 
     def __post_init__(self) -> None:
+        if not (self.time_budget_s > 0 and self.time_budget_per_audio_s >= 0):
+            raise DuetError(f"need time_budget_s > 0 and time_budget_per_audio_s >= 0, got {self.time_budget_s} "
+                            f"and {self.time_budget_per_audio_s}")
         if not 1 <= self.chunk_frames <= self.max_chunk_frames:
             raise DuetError(f"need 1 <= chunk_frames <= max_chunk_frames, got {self.chunk_frames} and "
                              f"{self.max_chunk_frames}")
@@ -76,6 +88,7 @@ class FinishInfo:
     prompt_positions: int
     wall_s: float  # submit -> finish
     error: str | None = None
+    code: str | None = None  # an error's kind: "timeout" (the time budget ran out), else None
 
 
 @dataclass(frozen=True)
@@ -165,7 +178,7 @@ class RequestHandle:
                 item = await self._outbox.get_async()
                 if isinstance(item, FinishInfo):
                     if item.reason == "error":
-                        raise GenerationFailed(item.error or "generation failed")
+                        raise GenerationFailed(item.error or "generation failed", item.code)
                     return
                 yield item
         finally:  # the consumer stopped listening (disconnect, exception, break): free the slot
@@ -180,7 +193,7 @@ class RequestHandle:
                 item = self._outbox.get(timeout)
                 if isinstance(item, FinishInfo):
                     if item.reason == "error":
-                        raise GenerationFailed(item.error or "generation failed")
+                        raise GenerationFailed(item.error or "generation failed", item.code)
                     return
                 yield item
         finally:
@@ -199,6 +212,7 @@ class _Slot:
     handle: RequestHandle
     max_frames: int
     cache_bytes: int
+    deadline: float  # perf_counter time its budget runs out
     state: Any = None
     decoder: Any = None
     frames: int = 0
@@ -284,7 +298,9 @@ class Engine:
         except RuntimeError:
             loop = None
         handle = RequestHandle(self, request, seed, prompt, loop)
-        slot = _Slot(handle=handle, max_frames=max_frames, cache_bytes=nbytes, chunk=self.config.chunk_frames)
+        budget = self.time_budget(max_frames)
+        slot = _Slot(handle=handle, max_frames=max_frames, cache_bytes=nbytes, deadline=handle.submitted_at + budget,
+                     chunk=self.config.chunk_frames)
         handle._slot = slot
         with self._cond:
             if not self.alive:
@@ -292,6 +308,11 @@ class Engine:
             self._scheduler.enqueue(slot)  # may raise QueueFull
             self._cond.notify_all()
         return handle
+
+    def time_budget(self, max_frames: int) -> float:
+        """Seconds a request of this frame bound may take from submission to its end (module doc)."""
+        audio_s = max_frames / self.adapter.codec.frame_rate
+        return self.config.time_budget_s + self.config.time_budget_per_audio_s * audio_s
 
     def _request_cancel(self, handle: RequestHandle) -> None:
         slot = handle._slot
@@ -323,11 +344,19 @@ class Engine:
                     leftovers = list(self._scheduler.running) + list(self._scheduler.waiting)
                     break
                 cancels, self._cancels = self._cancels, []
-                admitted = self._scheduler.admit()
-                running = list(self._scheduler.running)
+                now = time.perf_counter()
+                late = [s for s in (*self._scheduler.running, *self._scheduler.waiting) if now > s.deadline]
+            running: list[_Slot] = []
             try:
                 for slot in cancels:
                     self._close(slot, "cancelled")
+                for slot in late:
+                    budget = slot.deadline - slot.handle.submitted_at
+                    log.warning("request %s ran past its time budget of %.0f s", slot.handle.id, budget)
+                    self._close(slot, "error", f"the request ran past its time budget of {budget:.0f} s", "timeout")
+                with self._cond:
+                    admitted = self._scheduler.admit()
+                    running = list(self._scheduler.running)
                 if admitted:
                     self._prefill([s for s in admitted if not s.done])
                 active = [s for s in running if not s.done and s.state is not None]
@@ -440,7 +469,7 @@ class Engine:
             slot.samples += audio.size
             slot.handle._outbox.put(audio)
 
-    def _close(self, slot: _Slot, reason: str, error: str | None = None) -> None:
+    def _close(self, slot: _Slot, reason: str, error: str | None = None, code: str | None = None) -> None:
         if slot.done:
             return
         slot.done = True
@@ -455,7 +484,7 @@ class Engine:
         handle = slot.handle
         info = FinishInfo(reason=reason, frames=slot.frames, samples=slot.samples,
                           prompt_positions=handle.prompt_positions,
-                          wall_s=time.perf_counter() - handle.submitted_at, error=error)
+                          wall_s=time.perf_counter() - handle.submitted_at, error=error, code=code)
         handle.finish = info
         with self._cond:
             self._finished[reason] += 1

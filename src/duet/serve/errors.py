@@ -27,4 +27,9 @@ class EngineClosed(DuetError):
 
 
 class GenerationFailed(RuntimeError):
-    """The model adapter raised while running a request (a bug or a broken model, not the user's input)."""
+    """A request ended in failure: the model adapter raised while running it (a bug or a broken model, not the
+    user's input; ``code`` None), or it ran past its time budget (``code`` "timeout")."""
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code

@@ -32,15 +32,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str =
 
 
 @contextmanager
-def uvicorn_server(app) -> Iterator[str]:
-    """Serve ``app`` with a real uvicorn on 127.0.0.1 at a free port (the socket is bound first: no race)."""
+def uvicorn_server(app, http="auto") -> Iterator[str]:
+    """Serve ``app`` with a real uvicorn on 127.0.0.1 at a free port (the socket is bound first: no race);
+    ``http``: uvicorn's protocol name or class."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=http))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

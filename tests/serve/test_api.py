@@ -323,3 +323,44 @@ def test_api_docs_are_served_only_when_asked():
     client, _, _ = client_for(config=ServeConfig(api_docs=True))
     with client:
         assert client.get("/openapi.json").json()["info"]["title"] == "duet"
+
+
+def test_a_response_sent_whole_says_how_its_generation_ended(never_stop):
+    """flac leaves once the generation has ended: its X-Finish-Reason header says stop or bound (a WAV used to be
+    a 200 with no sign that it ran into its frame bound)."""
+    client, _, _ = client_for(script=lambda request: 4 if request.text == "stops" else None)
+    with client:
+        r = speech(client, input="stops", response_format="flac")
+        assert r.status_code == 200 and r.headers["x-finish-reason"] == "stop"
+        assert sf.info(io.BytesIO(r.content)).frames == 4 * SPF
+        r = speech(client, input="runs on", response_format="flac")  # never stops: the mock's 500-frame bound
+        assert r.status_code == 200 and r.headers["x-finish-reason"] == "bound"
+        assert sf.info(io.BytesIO(r.content)).frames == MOCK.max_frames * SPF
+
+
+def test_a_generation_with_no_audio_is_still_a_readable_flac():
+    client, _, _ = client_for(script=lambda request: 0)  # the stop head fires at the first step
+    with client:
+        r = speech(client, response_format="flac")
+        assert r.status_code == 200 and r.headers["x-finish-reason"] == "stop"
+        audio, sr = sf.read(io.BytesIO(r.content))
+        assert sr == SR and audio.shape == (1,) and audio[0] == 0.0
+
+
+def test_a_request_past_its_time_budget_is_a_504_and_the_next_one_is_served():
+    engine = Engine(MockAdapter(MockConfig(step_delay_s=0.02)), EngineConfig(time_budget_s=0.3,
+                                                                            time_budget_per_audio_s=0.0))
+    with TestClient(create_app(engine)) as client:
+        r = speech(client, input="x" * 200, response_format="flac")  # 200 steps of 20 ms: past 0.3 s
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        assert "time budget" in r.json()["error"]["message"]
+        assert speech(client, input="short").status_code == 200
+        assert engine.stats().finished["error"] == 1
+
+
+def test_server_limits_refuse_nonsense_timeouts():
+    from duet.errors import DuetError
+
+    for field in ("header_timeout_s", "body_timeout_s", "stream_idle_timeout_s"):
+        with pytest.raises(DuetError, match="timeouts must be positive"):
+            ServeConfig(**{field: 0.0})

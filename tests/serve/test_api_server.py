@@ -116,3 +116,93 @@ def test_a_stalled_request_body_gets_a_408_and_the_server_keeps_serving():
                 reply += chunk
         assert reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply
         assert httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "ok"}, timeout=30).status_code == 200
+
+
+class FailsLate(MockAdapter):
+    """Fails the request "fails late" after 30 frames of audio have gone out."""
+
+    def step(self, states):
+        if any(s.request.text == "fails late" and s.emitted >= 30 for s in states):
+            raise RuntimeError("broken mid-way")
+        return super().step(states)
+
+
+def _read_stream(url: str, body: dict) -> tuple[int, bool]:
+    """Stream a response to its end -> (bytes read, whether the transfer ended cleanly)."""
+    got = 0
+    with httpx.Client(base_url=url, timeout=30) as client:
+        with client.stream("POST", "/v1/audio/speech", json={**BODY, **body}) as r:
+            assert r.status_code == 200
+            try:
+                for piece in r.iter_raw():
+                    got += len(piece)
+            except httpx.RemoteProtocolError:  # the server closed before the closing chunk
+                return got, False
+    return got, True
+
+
+def test_streamed_audio_ends_cleanly_only_when_the_generation_did():
+    """Raw streamed audio has sent its headers before it ends, so a failure or a text cut at the frame bound cuts
+    the transfer (every client reports an incomplete body) instead of ending it like a whole answer; a bound the
+    client set itself ends cleanly."""
+    script = lambda request: None if request.text.startswith("never") else 40  # noqa: E731
+    adapter = FailsLate(MockConfig(step_delay_s=0.002, max_frames=120), script=script)
+    app = create_app(Engine(adapter, EngineConfig()))
+    with uvicorn_server(app) as url:
+        assert _read_stream(url, {"input": "fine", "response_format": "pcm"}) == (40 * 320 * 2, True)
+        got, clean = _read_stream(url, {"input": "fails late", "response_format": "pcm"})
+        assert not clean and 0 < got < 40 * 320 * 2
+        got, clean = _read_stream(url, {"input": "never stops", "response_format": "wav"})  # cut at 120 frames
+        assert not clean and got == 44 + 120 * 320 * 2
+        asked = {"input": "never stops", "response_format": "wav", "max_frames": 50}
+        assert _read_stream(url, asked) == (44 + 50 * 320 * 2, True)
+        assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_a_client_that_stops_reading_is_cut_and_frees_its_slot(never_stop):
+    import socket
+    from urllib.parse import urlparse
+
+    from duet.serve.api import ServeConfig
+
+    adapter = MockAdapter(MockConfig(step_delay_s=0.0005, max_frames=200_000), script=never_stop)
+    engine = Engine(adapter, EngineConfig())
+    app = create_app(engine, ServeConfig(stream_idle_timeout_s=0.5))
+    with uvicorn_server(app) as url:
+        u = urlparse(url)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills at once
+        sock.connect((u.hostname, u.port))
+        body = b'{"model": "duet-mock", "voice": "alloy", "input": "forever", "response_format": "pcm"}'
+        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # ... and never reads the answer
+        try:
+            wait_until(lambda: engine.stats().running == 1, what="the request to start")
+            wait_until(lambda: engine.stats().running == 0, timeout=30.0, what="the stalled stream to be cut")
+        finally:
+            sock.close()
+        assert engine.stats().finished["cancelled"] == 1 and adapter.live_states == 0
+        assert httpx.get(f"{url}/metrics").text.count("duet_active_streams 0") == 1
+        r = httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "after", "max_frames": 3}, timeout=30)
+        assert r.status_code == 200 and len(r.content) == 44 + 3 * 320 * 2
+
+
+def test_a_connection_that_stalls_in_its_headers_is_closed():
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    from duet.serve.protocol import header_timeout_protocol
+
+    app = create_app(Engine(MockAdapter(MockConfig()), EngineConfig()))
+    with uvicorn_server(app, http=header_timeout_protocol(0.5)) as url:
+        u = urlparse(url)
+        socks = [socket.create_connection((u.hostname, u.port), timeout=10) for _ in range(2)]
+        socks[1].sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n")  # ... and no more headers
+        started = time.monotonic()
+        for sock in socks:
+            assert sock.recv(4096) == b""  # closed by the server, with nothing to say
+            sock.close()
+        assert time.monotonic() - started < 5
+        r = httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "ok"}, timeout=30)  # others are served
+        assert r.status_code == 200 and len(r.content) == 44 + 2 * 320 * 2

@@ -10,10 +10,11 @@
 ``luna_adapter``    Luna behind the engine: one batched MaskGIT refinement step of every request per engine step
 ``luna_realtime_adapter``  Luna Realtime behind the engine: one refinement step of every request's active block
                     per engine step (KV cache per request); each committed block's frames go out at once
-``schemas``         request fields and SSE event shapes (OpenAI's, plus documented extensions)
+``schemas``         request fields, SSE event shapes, ServeConfig and the table of every limit
 ``audio_io``        wav / pcm / flac bytes out, reference clips in
 ``metrics``         Prometheus text format
-``api``             the FastAPI app (ServeConfig, errors in OpenAI's shape)
+``api``             the FastAPI app (errors in OpenAI's shape; every limit and timeout is listed in ``schemas``)
+``protocol``        uvicorn's HTTP protocol with a deadline on request headers
 ``cli``             ``duet serve``
 
 FastAPI and uvicorn are imported by ``api`` and ``cli`` only; the engine needs neither.

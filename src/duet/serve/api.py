@@ -4,8 +4,10 @@ web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download 
 
 Request fields and the SSE event shapes are in ``schemas.py``; byte encodings in ``audio_io.py``.
 Every error is OpenAI's JSON shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 404 unknown
-model or route, 413 body too large, 429 queue full (with ``Retry-After``), 500 a failure inside the model,
-503 engine down. Nothing a client sends can stop the server: the worst is a 4xx for that one request.
+model or route, 408 body stalled, 413 body too large, 415 content type, 429 queue full (with ``Retry-After``),
+500 a failure inside the model, 503 engine down, 504 the request's time budget ran out before its first audio.
+Nothing a client sends can stop the server: the worst is a 4xx for that one request. Limits, timeouts and how a
+response says the way its generation ended: ``schemas.py``.
 
 Lifecycle of one speech request: parse and validate (limits from :class:`ServeConfig`), submit to the engine
 (admission control may refuse it), wait for the first audio chunk while watching for a disconnect (so the
@@ -22,7 +24,7 @@ import logging
 import math
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, AsyncIterator, Callable
 
 import numpy as np
@@ -41,9 +43,11 @@ from duet.serve.engine import Engine, RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
 from duet.serve.metrics import Metrics
 from duet.serve.schemas import (
+    FINISH_HEADER,
     OPENAI_VOICES,
     RESPONSE_FORMATS,
     STREAMABLE_FORMATS,
+    ServeConfig,
     SpeechRequest,
     audio_delta,
     audio_done,
@@ -59,21 +63,6 @@ ROUTES = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/health", "/met
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "stop_threshold", "max_frames", "seed", "steps")
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    max_input_chars: int = 4096
-    max_instructions_chars: int = 1024
-    max_body_bytes: int = 16 * 1024**2  # whole request body, JSON or multipart
-    max_reference_bytes: int = 10 * 1024**2  # the reference clip's encoded bytes
-    min_reference_seconds: float = 0.5
-    max_reference_seconds: float = 30.0
-    model_aliases: tuple[str, ...] = ()  # more names accepted for the served model (e.g. "tts-1")
-    disconnect_poll_s: float = 0.2  # how often a request waiting for its first audio checks its client
-    web_page: bool = True  # serve the page at / (duet.serve.web)
-    body_timeout_s: float = 30.0  # a request body that stalls this long between two reads gets a 408
-    api_docs: bool = False  # FastAPI's /docs, /redoc and /openapi.json (off unless asked: --api-docs)
-
-
 class ApiError(Exception):
     def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
                  code: str | None = None, headers: dict[str, str] | None = None):
@@ -84,6 +73,11 @@ class ApiError(Exception):
 
 class _ClientGone(Exception):
     pass
+
+
+class _CutStream(Exception):
+    """End a streamed response without its closing chunk, so the client sees an incomplete transfer, not a whole
+    answer (a failed or cut generation, a client that stopped reading)."""
 
 
 class _CountRequests:
@@ -110,16 +104,34 @@ class _CountRequests:
 
 
 class _EngineStream(StreamingResponse):
-    """A streaming response that runs ``on_close`` however it ends: completed, client gone, or cancelled before
-    its body iterator ever started (which a generator's own ``finally`` would miss)."""
+    """A streaming response that runs ``on_close`` however it ends: completed, client gone, cut, or cancelled
+    before its body iterator ever started (which a generator's own ``finally`` would miss). A body part the client
+    does not take within ``idle_timeout_s`` (it stopped reading) cuts the stream, so the request's slot is freed."""
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None], **kwargs: Any):
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None], idle_timeout_s: float,
+                 **kwargs: Any):
         super().__init__(content, **kwargs)
         self._on_close = on_close
+        self._idle_timeout_s = idle_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_or_cut(message: Message) -> None:
+            if message["type"] != "http.response.body":
+                return await send(message)
+            try:
+                async with asyncio.timeout(self._idle_timeout_s):
+                    await send(message)
+            except TimeoutError:
+                log.warning("a client read nothing for %g s; its stream is cut", self._idle_timeout_s)
+                raise _CutStream() from None
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, send_or_cut)
+        except _CutStream:
+            pass  # returning without the closing chunk: the server closes the connection
+        except BaseExceptionGroup as group:  # the same, raised inside a task group
+            if group.subgroup(_CutStream) is None or group.subgroup(lambda e: not isinstance(e, _CutStream)):
+                raise
         finally:
             self._on_close()
 
@@ -235,6 +247,8 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
                     parts.append(chunk)
         except GenerationFailed as err:
             close()
+            if err.code == "timeout":
+                raise ApiError(504, str(err), "server_error", code="timeout")
             raise ApiError(500, str(err), "server_error", code="generation_failed")
         except _ClientGone:
             close()
@@ -246,13 +260,17 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
         headers = {"X-Request-Id": handle.id, "X-Sample-Rate": str(sample_rate), "Cache-Control": "no-store"}
         if req.response_format == "flac":
             close()
+            assert handle.finish is not None  # the chunks ran out: the request has ended
             audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+            headers[FINISH_HEADER] = handle.finish.reason
             return Response(audio_io.encode_flac(audio, sample_rate), media_type="audio/flac", headers=headers)
+        idle = config.stream_idle_timeout_s
         if req.stream_format == "sse":
             body = _sse_body(handle, chunks, first, req.response_format, sample_rate)
-            return _EngineStream(body, close, media_type="text/event-stream", headers=headers)
-        body = _audio_body(chunks, first, req.response_format, sample_rate)
-        return _EngineStream(body, close, media_type=audio_io.MEDIA_TYPES[req.response_format], headers=headers)
+            return _EngineStream(body, close, idle, media_type="text/event-stream", headers=headers)
+        body = _audio_body(handle, chunks, first, req.response_format, sample_rate)
+        return _EngineStream(body, close, idle, media_type=audio_io.MEDIA_TYPES[req.response_format],
+                             headers=headers)
 
     return app
 
@@ -407,8 +425,10 @@ async def _next_chunk(chunks: AsyncIterator[np.ndarray], request: Request, poll_
             task.cancel()
 
 
-async def _audio_body(chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
+async def _audio_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
                       sample_rate: int) -> AsyncIterator[bytes]:
+    """Raw audio as it is made. Its headers have left, so how the generation ended shows in how the transfer ends
+    (``schemas.py``): cleanly for ``stop`` or a bound the client set, cut for a failure or a text cut short."""
     if fmt == "wav":
         yield audio_io.wav_stream_header(sample_rate)
     if first is not None:
@@ -416,8 +436,13 @@ async def _audio_body(chunks: AsyncIterator[np.ndarray], first: np.ndarray | Non
     try:
         async for chunk in chunks:
             yield audio_io.pcm16(chunk)
-    except GenerationFailed:
-        log.exception("generation failed mid-stream; the response is cut short")
+    except GenerationFailed as err:
+        log.warning("request %s failed mid-stream (%s); its transfer is cut", handle.id, err)
+        raise _CutStream() from None
+    info = handle.finish
+    if info is not None and info.reason == "bound" and handle.request.params.max_frames is None:
+        log.warning("request %s reached its frame bound before its text ended; its transfer is cut", handle.id)
+        raise _CutStream()
 
 
 async def _sse_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
@@ -433,8 +458,9 @@ async def _sse_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], fi
         async for chunk in chunks:
             yield delta(audio_io.pcm16(chunk))
     except GenerationFailed as err:
-        log.exception("generation failed mid-stream")
-        yield sse({"type": "error", **error_body(str(err), "server_error", code="generation_failed")})
+        log.warning("request %s failed mid-stream: %s", handle.id, err)
+        code = "timeout" if err.code == "timeout" else "generation_failed"
+        yield sse({"type": "error", **error_body(str(err), "server_error", code=code)})
         return
     if head:
         yield delta(head)

@@ -40,6 +40,10 @@ def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> by
 
 
 def encode_flac(audio: np.ndarray, sample_rate: int) -> bytes:
+    """(S,) float -> FLAC bytes. An utterance with no audio (the model stopped at once) is one silent sample: a FLAC
+    stream cannot say "zero samples" (0 in its header means "unknown"), and no samples at all write no file."""
+    if audio.size == 0:
+        audio = np.zeros(1, np.float32)
     buf = io.BytesIO()
     sf.write(buf, np.clip(audio, -1.0, 1.0), sample_rate, format="FLAC", subtype="PCM_16")
     return buf.getvalue()

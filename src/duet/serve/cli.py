@@ -59,8 +59,17 @@ def register(subparsers) -> None:
     p.add_argument("--max-body-mib", type=float, default=16.0)
     p.add_argument("--max-reference-seconds", type=float, default=30.0)
     p.add_argument("--api-docs", action="store_true", help="serve FastAPI's /docs and /openapi.json")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to send its request headers before it is closed")
     p.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a request body may stall between two reads before the server answers 408")
+    p.add_argument("--stream-idle-timeout", type=float, default=30.0,
+                   help="seconds a streamed response may wait for its client to read before it is cut")
+    p.add_argument("--time-budget", type=float, default=60.0,
+                   help="wall-clock seconds every request may take, queueing included, on top of "
+                   "--time-budget-per-audio; past its budget a request ends (504 before its first audio)")
+    p.add_argument("--time-budget-per-audio", type=float, default=10.0,
+                   help="more wall-clock seconds per second of audio a request may make (its frame bound)")
     p.add_argument("--model-alias", action="append", default=[], help="another accepted model name (repeatable)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run_serve)
@@ -132,18 +141,24 @@ def run_serve(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError as err:
         raise MissingDependency("uvicorn", "pip install fastapi uvicorn python-multipart") from err
-    from duet.serve.api import ServeConfig, create_app
+    from duet.serve.api import create_app
     from duet.serve.engine import Engine, EngineConfig
+    from duet.serve.protocol import header_timeout_protocol
     from duet.serve.scheduler import SchedulerConfig
+    from duet.serve.schemas import ServeConfig
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     scheduler = SchedulerConfig(max_running=args.max_batch, max_waiting=args.max_queue,
                                 cache_budget_bytes=int(args.cache_budget_mib * 1024**2), retry_after_s=args.retry_after)
     engine = Engine(build_adapter(args), EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames,
                                                       max_chunk_frames=args.max_chunk_frames,
-                                                      torch_threads=args.engine_threads or None))
+                                                      torch_threads=args.engine_threads or None,
+                                                      time_budget_s=args.time_budget,
+                                                      time_budget_per_audio_s=args.time_budget_per_audio))
     config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
                          max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias),
-                         body_timeout_s=args.body_timeout, api_docs=args.api_docs)
-    uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level)
+                         header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                         stream_idle_timeout_s=args.stream_idle_timeout, api_docs=args.api_docs)
+    uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level,
+                http=header_timeout_protocol(config.header_timeout_s))
     return 0

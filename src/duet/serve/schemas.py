@@ -10,23 +10,84 @@ duet extensions (all optional): ``seed``, ``temperature``, ``top_k``, ``top_p``,
 autoregressive models ignore it) and ``reference_audio`` (base64 clip for voice cloning; multipart uploads send it
 as a file field of the same name).
 
-Bounds live here, in one place: ``top_k`` at most ``MAX_TOP_K`` (wider than any channel or codebook alphabet, so it
-means "no truncation"), ``steps`` at most ``MAX_STEPS``, ``seed`` below 2**63; OpenAI's voice names
-(``OPENAI_VOICES``) that a model does not have are read as its default voice, so OpenAI clients work unchanged.
+OpenAI's voice names (``OPENAI_VOICES``) that a model does not have are read as its default voice, so OpenAI
+clients work unchanged.
+
+Limits, all here (every one answers with an OpenAI-shaped error, never a cut or a hang):
+
+=========================  =================================================  ======================================
+what                       bound                                              set by / refused with
+=========================  =================================================  ======================================
+``top_k``                  0..``MAX_TOP_K`` (wider than any alphabet: "off")  this module; 400
+``steps``                  1..``MAX_STEPS``                                   this module; 400
+``seed``                   0..2**63 - 1                                       this module; 400
+``temperature``            0..10, finite                                      this module; 400
+``speed``                  0.25..4 (a model may allow less)                   this module, the adapter; 400
+``input``                  ``ServeConfig.max_input_chars`` characters, valid  ``--max-input-chars``; 400
+                           Unicode (a lone surrogate is refused)
+``instructions``           ``ServeConfig.max_instructions_chars``             400
+body                       ``ServeConfig.max_body_bytes``                     ``--max-body-mib``; 413
+reference clip             ``max_reference_bytes``, 0.5..30 s                 ``--max-reference-seconds``; 400
+frames of one request      the adapter's ``max_frames`` (gepard-tiny 40 s,    the model; a text predicted longer is
+                           Luna 30 s)                                         a 400 ``context_length_exceeded``
+request headers            ``ServeConfig.header_timeout_s`` (10 s)            ``--header-timeout``; connection closed
+request body stall         ``ServeConfig.body_timeout_s`` (30 s)              ``--body-timeout``; 408
+idle stream                ``ServeConfig.stream_idle_timeout_s`` (30 s): a    ``--stream-idle-timeout``; transfer cut,
+                           client that reads nothing for this long            slot freed
+wall clock of one request  ``EngineConfig.time_budget_s`` + ``time_budget_    ``--time-budget``, ``--time-budget-
+                           per_audio_s`` x the seconds of audio it may make   per-audio``; 504 before its audio,
+                           (60 s + 10 x; queueing included)                   else a cut transfer / SSE error
+=========================  =================================================  ======================================
+
+How a generation ended (``duet.finish``: stop, bound, cancelled, error) is in every response form: the SSE closing
+event's ``duet.finish_reason``; the ``X-Finish-Reason`` header of a response sent whole (``flac``); and for raw
+streamed audio (``wav``, ``pcm`` with ``stream_format`` ``"audio"``), whose headers leave before its end, in how the
+transfer ends: it ends cleanly only for ``stop``, or ``bound`` at a ``max_frames`` the client set; an error, the time
+budget or a frame bound the client did not ask for (a text cut short) ends it with an incomplete chunked transfer,
+which every HTTP client reports as an error. Texts too long for one request are refused with a 400 before any
+audio (an aligned model predicts their length), never cut silently: clients split them, as ``duet speak`` does.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from duet.errors import DuetError
 
 RESPONSE_FORMATS = ("wav", "pcm", "flac")
 STREAMABLE_FORMATS = ("wav", "pcm")
 MAX_TOP_K = 65_536
 MAX_STEPS = 128  # Luna's refinement steps (32 by default); more buys nothing a listener hears and costs minutes
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
+FINISH_HEADER = "X-Finish-Reason"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The HTTP layer's limits (the table above); ``duet serve`` flags are parsed into it once."""
+
+    max_input_chars: int = 4096
+    max_instructions_chars: int = 1024
+    max_body_bytes: int = 16 * 1024**2  # whole request body, JSON or multipart
+    max_reference_bytes: int = 10 * 1024**2  # the reference clip's encoded bytes
+    min_reference_seconds: float = 0.5
+    max_reference_seconds: float = 30.0
+    model_aliases: tuple[str, ...] = ()  # more names accepted for the served model (e.g. "tts-1")
+    disconnect_poll_s: float = 0.2  # how often a request waiting for its first audio checks its client
+    web_page: bool = True  # serve the page at / (duet.serve.web)
+    header_timeout_s: float = 10.0  # a connection whose request headers are not all there by then is closed
+    body_timeout_s: float = 30.0  # a request body that stalls this long between two reads gets a 408
+    stream_idle_timeout_s: float = 30.0  # a streamed response its client does not read for this long is cut
+    api_docs: bool = False  # FastAPI's /docs, /redoc and /openapi.json (off unless asked: --api-docs)
+
+    def __post_init__(self) -> None:
+        timeouts = (self.header_timeout_s, self.body_timeout_s, self.stream_idle_timeout_s, self.disconnect_poll_s)
+        if not all(t > 0 for t in timeouts):
+            raise DuetError(f"timeouts must be positive seconds, got {timeouts}")
 
 
 class VoiceId(BaseModel):

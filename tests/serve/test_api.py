@@ -364,3 +364,14 @@ def test_server_limits_refuse_nonsense_timeouts():
     for field in ("header_timeout_s", "body_timeout_s", "stream_idle_timeout_s"):
         with pytest.raises(DuetError, match="timeouts must be positive"):
             ServeConfig(**{field: 0.0})
+
+
+def test_a_body_that_is_not_utf8_is_a_400(api):
+    """JSON between systems is UTF-8; a UTF-16 body used to be decoded by guesswork and answered 200."""
+    client, _, _ = api
+    body = json.dumps({"model": "duet-mock", "input": "hi"})
+    for encoding in ("utf-16", "utf-32"):
+        r = client.post("/v1/audio/speech", content=body.encode(encoding), headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"]
+    assert client.post("/v1/audio/speech", content=body.encode(), headers={"content-type": "application/json"}
+                       ).status_code == 200

@@ -206,3 +206,32 @@ def test_a_connection_that_stalls_in_its_headers_is_closed():
         assert time.monotonic() - started < 5
         r = httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "ok"}, timeout=30)  # others are served
         assert r.status_code == 200 and len(r.content) == 44 + 2 * 320 * 2
+
+
+def test_a_client_gone_while_sending_its_body_is_no_server_error(caplog):
+    """It used to be logged as an unhandled error with a traceback and counted as a 500."""
+    import logging
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    app = create_app(Engine(MockAdapter(MockConfig()), EngineConfig()))
+    with uvicorn_server(app) as url, caplog.at_level(logging.INFO, logger="duet.serve"):
+        u = urlparse(url)
+        with socket.create_connection((u.hostname, u.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"model\": ")
+            time.sleep(0.3)  # the handler is reading the body now
+        wait_until(lambda: "client closed" in _speech_statuses(url), what="the request to be counted")
+        assert _speech_statuses(url) == {"client closed": 1}
+        assert "unhandled error" not in caplog.text and "Traceback" not in caplog.text
+
+
+def _speech_statuses(url: str) -> dict[str, int]:
+    """/metrics' speech-route request counts by status ("client closed" for 499)."""
+    counts = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith('duet_requests_total{method="POST",route="/v1/audio/speech"'):
+            status = line.split('status="')[1].split('"')[0]
+            counts["client closed" if status == "499" else status] = int(line.rsplit(" ", 1)[1])
+    return counts

@@ -5,7 +5,9 @@ web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download 
 Request fields and the SSE event shapes are in ``schemas.py``; byte encodings in ``audio_io.py``.
 Every error is OpenAI's JSON shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 404 unknown
 model or route, 408 body stalled, 413 body too large, 415 content type, 429 queue full (with ``Retry-After``),
-500 a failure inside the model, 503 engine down, 504 the request's time budget ran out before its first audio.
+500 a failure inside the model, 503 engine down, 504 the request's time budget ran out before its first audio;
+a client gone before its request was read is counted as 499 (nginx's "client closed request"), not as an error.
+A JSON body must be UTF-8.
 Nothing a client sends can stop the server: the worst is a 4xx for that one request. Limits, timeouts and how a
 response says the way its generation ended: ``schemas.py``.
 
@@ -35,6 +37,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from duet.serve import audio_io
@@ -172,6 +175,11 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
     async def _validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
         return JSONResponse(error_body(str(err.errors()[:1])), 400)
 
+    @app.exception_handler(_ClientGone)
+    async def _client_gone(request: Request, err: _ClientGone) -> Response:
+        log.info("a client went away before its request was complete")
+        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it, /metrics counts it
+
     @app.exception_handler(Exception)
     async def _server_error(request: Request, err: Exception) -> JSONResponse:
         log.exception("unhandled error")
@@ -297,6 +305,8 @@ async def _read_body(request: Request, limit: int, timeout_s: float = 30.0) -> b
             part = await asyncio.wait_for(chunks.__anext__(), timeout_s)
         except StopAsyncIteration:
             break
+        except ClientDisconnect:  # gone while still sending: nothing to answer, nothing went wrong here
+            raise _ClientGone() from None
         except asyncio.TimeoutError:
             raise ApiError(408, f"the request body stalled for {timeout_s:g} s", code="request_timeout") from None
         size += len(part)
@@ -334,7 +344,9 @@ async def _parse_speech(request: Request, config: ServeConfig) -> tuple[SpeechRe
             raise ApiError(415, f"unsupported content type {_short(ctype)!r}: send application/json, "
                            "multipart/form-data or application/x-www-form-urlencoded", code="unsupported_media_type")
         try:
-            fields = json.loads(body)
+            fields = json.loads(body.decode("utf-8"))  # JSON between systems is UTF-8 (RFC 8259 §8.1)
+        except UnicodeDecodeError as err:
+            raise ApiError(400, f"request body is not UTF-8 (byte {err.start}); send JSON in UTF-8") from err
         except ValueError as err:
             raise ApiError(400, f"request body is not valid JSON: {_short(str(err))}") from err
         except RecursionError as err:

@@ -375,3 +375,35 @@ def test_a_body_that_is_not_utf8_is_a_400(api):
         assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"]
     assert client.post("/v1/audio/speech", content=body.encode(), headers={"content-type": "application/json"}
                        ).status_code == 200
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", float("nan")), ("temperature", 10.5), ("top_k", 65_537), ("top_k", 2**63), ("seed", -1),
+    ("seed", 2**63), ("steps", 0), ("steps", 129),
+])
+def test_duet_speak_refuses_what_the_api_refuses(api, field, value):
+    """One set of bounds: a value the speech API answers with a 400 is refused by `duet speak` before it loads
+    anything (a NaN temperature, a 2**63 top_k and a step count of 129 were once run by one and refused by the
+    other)."""
+    from duet.errors import DuetError
+    from duet.tts.cli import check_luna_options, check_sampling
+
+    client, _, _ = api
+    r = client.post("/v1/audio/speech", content=json.dumps({"model": "duet-mock", "input": "hi", field: value}),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == field
+    with pytest.raises(DuetError, match=f"--{field.replace('_', '-')} must be"):
+        if field == "steps":
+            check_luna_options("luna-tiny", steps=value, speed=None)
+        else:
+            check_sampling(**{"temperature": None, "top_k": None, "seed": None, field: value})
+
+
+def test_duet_speak_takes_the_bounds_the_api_takes(api):
+    from duet.tts.cli import check_luna_options, check_sampling
+
+    client, _, _ = api
+    for field, value in (("temperature", 10.0), ("top_k", 65_536), ("seed", 2**63 - 1)):
+        assert speech(client, **{field: value}).status_code == 200
+        check_sampling(**{"temperature": None, "top_k": None, "seed": None, field: value})
+    assert check_luna_options("luna-tiny", steps=128, speed=None) == {"steps": 128}

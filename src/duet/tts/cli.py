@@ -32,7 +32,8 @@ from duet.shipped import DEFAULT_MODEL
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
 MAX_CHARS = 20_000  # about 20 minutes of speech; a longer text is refused rather than run for an hour
-MAX_TOP_K = 65_536  # as the speech API's bound (duet.serve.schemas)
+MAX_TOP_K = 65_536  # as the speech API's bounds (duet.serve.schemas; tests/serve/test_api.py checks they agree)
+MAX_STEPS = 128
 LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna", "gepard"),  # flag -> the model types that
                 # take it (a Gepard without aligned input refuses --speed once loaded)
                 "prompt": ("luna",)}
@@ -110,8 +111,8 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
     given = {k: v for k, v in (("steps", steps), ("speed", speed), ("prompt", prompt)) if v is not None}
     if not given:
         return {}
-    if steps is not None and steps < 1:
-        raise DuetError(f"--steps must be a positive integer (8, 16 or 32 are typical), got {steps}")
+    if steps is not None and not 1 <= steps <= MAX_STEPS:
+        raise DuetError(f"--steps must be a positive integer up to {MAX_STEPS} (8, 16 or 32 are typical), got {steps}")
     if speed is not None and not (math.isfinite(speed) and speed > 0):
         raise DuetError(f"--speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")
     from duet.shipped import model_type

@@ -407,3 +407,21 @@ def test_duet_speak_takes_the_bounds_the_api_takes(api):
         assert speech(client, **{field: value}).status_code == 200
         check_sampling(**{"temperature": None, "top_k": None, "seed": None, field: value})
     assert check_luna_options("luna-tiny", steps=128, speed=None) == {"steps": 128}
+
+
+def test_text_preparation_past_the_time_budget_is_a_504():
+    import time
+
+    class SlowAdapter(MockAdapter):
+        def validate(self, request):
+            if request.text == "slow":
+                time.sleep(1.5)
+            super().validate(request)
+
+    engine = Engine(SlowAdapter(MOCK), EngineConfig(time_budget_s=0.3))
+    with TestClient(create_app(engine)) as client:
+        started = time.perf_counter()
+        r = speech(client, input="slow")
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        assert time.perf_counter() - started < 1.2
+        assert speech(client, input="fast").status_code == 200

@@ -218,10 +218,16 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
         t0 = time.perf_counter()
         req, upload = await _parse_speech(request, config)
         synth = await _to_synthesis(req, upload, config, engine, model_names)
+        budget = engine.config.time_budget_s
         try:
-            # text preparation (and Luna's duration model) in a worker thread: /health never waits for it
-            admission = await run_in_threadpool(engine.admit, synth)
+            # text preparation (and Luna's duration model) in a worker thread: /health never waits for it, and the
+            # client waits at most the engine's base time budget for it (the thread itself cannot be stopped)
+            async with asyncio.timeout(budget):
+                admission = await run_in_threadpool(engine.admit, synth)
             handle = engine.submit(synth, admission)
+        except TimeoutError:
+            raise ApiError(504, f"preparing the text took longer than {budget:g} s; send a shorter input",
+                           "server_error", param="input", code="timeout") from None
         except QueueFull as err:
             retry = str(max(1, math.ceil(err.retry_after_s)))
             raise ApiError(429, str(err), "rate_limit_error", code="server_busy", headers={"Retry-After": retry})

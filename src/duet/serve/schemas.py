@@ -37,6 +37,10 @@ idle stream                ``ServeConfig.stream_idle_timeout_s`` (30 s): a    ``
 wall clock of one request  ``EngineConfig.time_budget_s`` + ``time_budget_    ``--time-budget``, ``--time-budget-
                            per_audio_s`` x the seconds of audio it may make   per-audio``; 504 before its audio,
                            (60 s + 10 x; queueing included)                   else a cut transfer / SSE error
+text preparation           ``EngineConfig.time_budget_s``, in a worker        ``--time-budget``; 504
+                           thread (``/health`` never waits for it)
+JSON body                  UTF-8, an object, nested at most as deep as        400; another content type: 415
+                           Python's recursion limit allows
 =========================  =================================================  ======================================
 
 How a generation ended (``duet.finish``: stop, bound, cancelled, error) is in every response form: the SSE closing

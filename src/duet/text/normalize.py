@@ -233,8 +233,8 @@ def _expand_abbreviations(text: str) -> str:
 
 
 # ---- numbers ----
-_PERCENT_RE = re.compile(rf"({_NUM})\s?%")
-_ORDINAL_RE = re.compile(r"\b(\d{1,3}(?:,\d{3})+|\d+)(st|nd|rd|th)\b", re.IGNORECASE)
+_PERCENT_RE = re.compile(rf"(?<![\d,])({_NUM})\s?%")  # the lookbehind: no quadratic rescans of long digit runs
+_ORDINAL_RE = re.compile(r"(?<![\d,])\b(\d{1,3}(?:,\d{3})+|\d+)(st|nd|rd|th)\b", re.IGNORECASE)
 _DECADE_RE = re.compile(r"(?:\b|')(\d{2}|\d{4})s\b")
 _MINUS_RE = re.compile(r"(?<![\w.,])-(?=\d)")
 _NUMBER_RE = re.compile(rf"\b(?:{_NUM})\b")

@@ -12,22 +12,26 @@ import sys
 
 from duet.command import run
 
-# Areas whose ``register(subparsers)`` adds top-level commands. Imported lazily so `duet --help` stays fast.
-_AREAS = ("duet.tts.cli", "duet.tts.edit_cli", "duet.data.cli", "duet.eval.cli", "duet.codecs.cli", "duet.train.cli",
-          "duet.serve.cli")
+# Each top-level command and the area whose ``register(subparsers)`` adds it. Imported lazily: a command loads only
+# its own area, so `duet speak` with a bad flag answers before torch or a training recipe is imported.
+_AREAS = {"speak": "duet.tts.cli", "edit": "duet.tts.edit_cli", "data": "duet.data.cli", "eval": "duet.eval.cli",
+          "codec": "duet.codecs.cli", "train": "duet.train.cli", "serve": "duet.serve.cli"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for ``command`` alone when it is a known command, else for all of them (``--help``, typos)."""
     parser = argparse.ArgumentParser(prog="duet", description="duet: Gepard and Luna-TTS text-to-speech")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for area in _AREAS:
+    areas = [_AREAS[command]] if command in _AREAS else list(dict.fromkeys(_AREAS.values()))
+    for area in areas:
         importlib.import_module(area).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser(), argv)
+    argv = sys.argv[1:] if argv is None else argv
+    return run(build_parser(argv[0] if argv else None), argv)
 
 
 if __name__ == "__main__":

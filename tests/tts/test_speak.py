@@ -5,6 +5,8 @@ bound, streaming equal to one-shot decoding, files written, and one-line errors 
 """
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -151,3 +153,13 @@ def test_cli_unknown_voice(model_dir, tmp_path, capsys):
     assert "unknown voice" in capsys.readouterr().err
     assert not (tmp_path / "x.wav").exists()
     assert json.loads((model_dir / "config.json").read_text())["type"] == "gepard"
+
+
+def test_a_bad_speak_flag_is_answered_before_torch_is_imported():
+    # A fresh interpreter: this test process has torch loaded already.
+    code = ("import sys\nfrom duet.cli import main\n"
+            "code = main(['speak', 'Hi.', '--temperature', 'nan', '-o', 'x.wav'])\n"
+            "print(code, 'torch' in sys.modules, 'duet.train.cli' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False", "False"], out.stderr[-2000:]
+    assert "--temperature" in out.stderr

@@ -379,7 +379,7 @@ def test_a_body_that_is_not_utf8_is_a_400(api):
 
 @pytest.mark.parametrize("field, value", [
     ("temperature", float("nan")), ("temperature", 10.5), ("top_k", 65_537), ("top_k", 2**63), ("seed", -1),
-    ("seed", 2**63), ("steps", 0), ("steps", 129),
+    ("seed", 2**63), ("steps", 0), ("steps", 129), ("speed", 0.2), ("speed", 4.5),
 ])
 def test_duet_speak_refuses_what_the_api_refuses(api, field, value):
     """One set of bounds: a value the speech API answers with a 400 is refused by `duet speak` before it loads
@@ -393,8 +393,8 @@ def test_duet_speak_refuses_what_the_api_refuses(api, field, value):
                     headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["param"] == field
     with pytest.raises(DuetError, match=f"--{field.replace('_', '-')} must be"):
-        if field == "steps":
-            check_luna_options("luna-tiny", steps=value, speed=None)
+        if field in ("steps", "speed"):
+            check_luna_options("luna-tiny", **{"steps": None, "speed": None, field: value})
         else:
             check_sampling(**{"temperature": None, "top_k": None, "seed": None, field: value})
 
@@ -407,6 +407,7 @@ def test_duet_speak_takes_the_bounds_the_api_takes(api):
         assert speech(client, **{field: value}).status_code == 200
         check_sampling(**{"temperature": None, "top_k": None, "seed": None, field: value})
     assert check_luna_options("luna-tiny", steps=128, speed=None) == {"steps": 128}
+    assert check_luna_options("luna-tiny", steps=None, speed=4.0) == {"speed": 4.0}
 
 
 def test_text_preparation_past_the_time_budget_is_a_504():

@@ -15,7 +15,7 @@ import torch
 
 from duet.errors import DuetError
 from duet.gepard.sampling import sample_frames
-from duet.serve.schemas import MAX_TOP_K
+from duet.limits import MAX_TOP_K
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ Limits, all here (every one answers with an OpenAI-shaped error, never a cut or 
 =========================  =================================================  ======================================
 what                       bound                                              set by / refused with
 =========================  =================================================  ======================================
-``top_k``                  0..``MAX_TOP_K`` (wider than any alphabet: "off")  this module; 400
-``steps``                  1..``MAX_STEPS``                                   this module; 400
+``top_k``                  0..``MAX_TOP_K`` (wider than any alphabet: "off")  duet.limits; 400
+``steps``                  1..``MAX_STEPS``                                   duet.limits; 400
 ``seed``                   0..2**63 - 1                                       this module; 400
 ``temperature``            0..10, finite                                      this module; 400
 ``speed``                  0.25..4 (a model may allow less)                   this module, the adapter; 400
@@ -61,11 +61,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from duet.errors import DuetError
+from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT
 
 RESPONSE_FORMATS = ("wav", "pcm", "flac")
 STREAMABLE_FORMATS = ("wav", "pcm")
-MAX_TOP_K = 65_536
-MAX_STEPS = 128  # Luna's refinement steps (32 by default); more buys nothing a listener hears and costs minutes
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
 FINISH_HEADER = "X-Finish-Reason"
 
@@ -108,11 +107,11 @@ class SpeechRequest(BaseModel):
     voice: str | VoiceId | None = None
     instructions: str | None = None
     response_format: str = "wav"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED)
     stream_format: Literal["audio", "sse"] = "audio"
     # duet extensions
-    seed: int | None = Field(None, ge=0, lt=2**63)
-    temperature: float | None = Field(None, ge=0.0, le=10.0)
+    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
+    temperature: float | None = Field(None, ge=0.0, le=MAX_TEMPERATURE)
     top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     stop_threshold: float | None = Field(None, gt=0.0, lt=1.0)

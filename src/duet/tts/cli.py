@@ -28,12 +28,11 @@ import time
 from pathlib import Path
 
 from duet.errors import DuetError
+from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT
 from duet.shipped import DEFAULT_MODEL
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
 MAX_CHARS = 20_000  # about 20 minutes of speech; a longer text is refused rather than run for an hour
-MAX_TOP_K = 65_536  # as the speech API's bounds (duet.serve.schemas; tests/serve/test_api.py checks they agree)
-MAX_STEPS = 128
 LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna", "gepard"),  # flag -> the model types that
                 # take it (a Gepard without aligned input refuses --speed once loaded)
                 "prompt": ("luna",)}
@@ -67,11 +66,11 @@ def register(subparsers) -> None:
 
 def check_sampling(temperature: float | None, top_k: int | None, seed: int | None) -> None:
     """The sampling flags' bounds, as the speech API's: checked before any model is loaded."""
-    if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= 10.0):
-        raise DuetError(f"--temperature must be a number in [0, 10] (0 = greedy), got {temperature}")
+    if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= MAX_TEMPERATURE):
+        raise DuetError(f"--temperature must be a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {temperature}")
     if top_k is not None and not 0 <= top_k <= MAX_TOP_K:
         raise DuetError(f"--top-k must be in [0, {MAX_TOP_K}] (0 = off), got {top_k}")
-    if seed is not None and not 0 <= seed < 2**63:
+    if seed is not None and not 0 <= seed < SEED_LIMIT:
         raise DuetError(f"--seed must be in [0, 2**63), got {seed}")
 
 
@@ -113,8 +112,9 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
         return {}
     if steps is not None and not 1 <= steps <= MAX_STEPS:
         raise DuetError(f"--steps must be a positive integer up to {MAX_STEPS} (8, 16 or 32 are typical), got {steps}")
-    if speed is not None and not (math.isfinite(speed) and speed > 0):
-        raise DuetError(f"--speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")
+    if speed is not None and not (math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
+        raise DuetError(f"--speed must be a number in [{MIN_SPEED:g}, {MAX_SPEED:g}] (1 = as predicted, 2 = twice "
+                        f"as fast), got {speed}")
     from duet.shipped import model_type
 
     _, kind = model_type(model)

@@ -426,3 +426,28 @@ def test_text_preparation_past_the_time_budget_is_a_504():
         assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
         assert time.perf_counter() - started < 1.2
         assert speech(client, input="fast").status_code == 200
+
+
+def test_text_preparations_run_at_most_max_preparing_at_once():
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock, running, most = threading.Lock(), [0], [0]
+
+    class CountingAdapter(MockAdapter):
+        def validate(self, request):
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.2)
+            with lock:
+                running[0] -= 1
+            super().validate(request)
+
+    engine = Engine(CountingAdapter(MOCK), EngineConfig())
+    with TestClient(create_app(engine, ServeConfig(max_preparing=2))) as client:
+        with ThreadPoolExecutor(6) as pool:
+            codes = list(pool.map(lambda i: speech(client, input=f"hello {i}").status_code, range(6)))
+    assert codes == [200] * 6
+    assert most[0] == 2  # six at once were prepared two by two

@@ -24,6 +24,7 @@ import base64
 import json
 import logging
 import math
+import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -213,6 +214,14 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
 
     # --- speech -------------------------------------------------------------------------------------------------
 
+    preparing = threading.BoundedSemaphore(config.max_preparing)
+
+    def prepare(synth: SynthesisRequest):
+        """``engine.admit`` in a worker thread, at most ``max_preparing`` at once: the others wait here (idle) for
+        a turn, so a burst of expensive texts cannot take every core from the engine."""
+        with preparing:
+            return engine.admit(synth)
+
     @app.post("/v1/audio/speech")
     async def speech(request: Request) -> Response:
         t0 = time.perf_counter()
@@ -223,7 +232,7 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
             # text preparation (and Luna's duration model) in a worker thread: /health never waits for it, and the
             # client waits at most the engine's base time budget for it (the thread itself cannot be stopped)
             async with asyncio.timeout(budget):
-                admission = await run_in_threadpool(engine.admit, synth)
+                admission = await run_in_threadpool(prepare, synth)
             handle = engine.submit(synth, admission)
         except TimeoutError:
             raise ApiError(504, f"preparing the text took longer than {budget:g} s; send a shorter input",

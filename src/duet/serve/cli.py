@@ -58,6 +58,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-input-chars", type=int, default=4096)
     p.add_argument("--max-body-mib", type=float, default=16.0)
     p.add_argument("--max-reference-seconds", type=float, default=30.0)
+    p.add_argument("--max-preparing", type=int, default=2,
+                   help="text preparations (normalisation, phonemes, duration model) running at once")
     p.add_argument("--api-docs", action="store_true", help="serve FastAPI's /docs and /openapi.json")
     p.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection may take to send its request headers before it is closed")
@@ -158,7 +160,8 @@ def run_serve(args: argparse.Namespace) -> int:
     config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
                          max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias),
                          header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
-                         stream_idle_timeout_s=args.stream_idle_timeout, api_docs=args.api_docs)
+                         stream_idle_timeout_s=args.stream_idle_timeout, api_docs=args.api_docs,
+                         max_preparing=args.max_preparing)
     uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level,
                 http=header_timeout_protocol(config.header_timeout_s))
     return 0

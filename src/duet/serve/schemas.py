@@ -20,9 +20,9 @@ what                       bound                                              se
 =========================  =================================================  ======================================
 ``top_k``                  0..``MAX_TOP_K`` (wider than any alphabet: "off")  duet.limits; 400
 ``steps``                  1..``MAX_STEPS``                                   duet.limits; 400
-``seed``                   0..2**63 - 1                                       this module; 400
-``temperature``            0..10, finite                                      this module; 400
-``speed``                  0.25..4 (a model may allow less)                   this module, the adapter; 400
+``seed``                   0..2**63 - 1                                       duet.limits; 400
+``temperature``            0..10, finite                                      duet.limits; 400
+``speed``                  0.25..4 (a model may allow less)                   duet.limits, the adapter; 400
 ``input``                  ``ServeConfig.max_input_chars`` characters, valid  ``--max-input-chars``; 400
                            Unicode (a lone surrogate is refused)
 ``instructions``           ``ServeConfig.max_instructions_chars``             400
@@ -38,7 +38,9 @@ wall clock of one request  ``EngineConfig.time_budget_s`` + ``time_budget_    ``
                            per_audio_s`` x the seconds of audio it may make   per-audio``; 504 before its audio,
                            (60 s + 10 x; queueing included)                   else a cut transfer / SSE error
 text preparation           ``EngineConfig.time_budget_s``, in a worker        ``--time-budget``; 504
-                           thread (``/health`` never waits for it)
+                           thread (``/health`` never waits for it); at most
+                           ``ServeConfig.max_preparing`` at once, the rest
+                           wait their turn inside that budget
 JSON body                  UTF-8, an object, nested at most as deep as        400; another content type: 415
                            Python's recursion limit allows
 =========================  =================================================  ======================================
@@ -86,11 +88,14 @@ class ServeConfig:
     body_timeout_s: float = 30.0  # a request body that stalls this long between two reads gets a 408
     stream_idle_timeout_s: float = 30.0  # a streamed response its client does not read for this long is cut
     api_docs: bool = False  # FastAPI's /docs, /redoc and /openapi.json (off unless asked: --api-docs)
+    max_preparing: int = 2  # text preparations running at once (each holds a core); the others wait their turn
 
     def __post_init__(self) -> None:
         timeouts = (self.header_timeout_s, self.body_timeout_s, self.stream_idle_timeout_s, self.disconnect_poll_s)
         if not all(t > 0 for t in timeouts):
             raise DuetError(f"timeouts must be positive seconds, got {timeouts}")
+        if self.max_preparing < 1:
+            raise DuetError(f"max_preparing must be at least 1, got {self.max_preparing}")
 
 
 class VoiceId(BaseModel):

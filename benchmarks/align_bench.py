@@ -4,8 +4,8 @@ For Festival utterances of the corpus (voices at their natural rate, so a re-syn
 checked by its length), Festival prints each segment's end time; a word starts where its first segment starts.
 The same words in duet's token space (the phoneme tokenizer's IPA words; an utterance is compared only when
 espeak-ng and Festival agree on the number of words) start where the durations of the tokens before them add up to.
-Two sets of durations are compared side by side: the character-proportional spread (``duet.luna.data``, what
-luna-tiny was trained on) and a forced alignment (``duet data align``, ``duet.luna.align``).
+Two sets of durations are compared side by side: the character-proportional spread (``duet.data.token_rows``, what
+luna-tiny was trained on) and a forced alignment (``duet data align``, ``duet.data.align``).
 
     PYTHONPATH=src .venv/bin/python benchmarks/align_bench.py --alignments data/base/align-luna-tiny.jsonl \\
         --tokenizer checkpoints/luna-tiny/tokenizer.json --per-speaker 40
@@ -91,9 +91,9 @@ def token_word_starts(tokenizer, text: str) -> list[int] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from duet.data.align import read_alignments
     from duet.data.manifest import audio_path, read_manifest
-    from duet.luna.align import read_alignments
-    from duet.luna.data import duration_targets, token_weights
+    from duet.data.token_rows import duration_targets, token_weights
     from duet.text import get_tokenizer
     from duet.text.phonemes import surface
     from duet.text.prompts import prepare_input

@@ -1,7 +1,7 @@
 """Do the synthesisers' own word timing and duet's forced aligner agree? Word start times, side by side.
 
 Every corpus utterance carries the timing its synthesiser reported (``duet.data.timing``: Piper's phone durations,
-Festival's and Flite's segments). ``duet data align`` (``duet.luna.align``) finds an alignment from the audio
+Festival's and Flite's segments). ``duet data align`` (``duet.data.align``) finds an alignment from the audio
 alone. For a sample of utterances per voice, each word's start is read from both: from the timing sidecar's words,
 and from the aligner's token durations (a word starts where the durations of the tokens before its first token
 add up to, SOT included). Words are the phoneme tokenizer's IPA words; an utterance is compared only when their
@@ -38,11 +38,12 @@ def aligner_word_starts(durations: list[int], offsets: list[tuple[int, int]], ip
 
 
 def main(argv: list[str] | None = None) -> int:
+    from duet.data.align import read_alignments
     from duet.data.manifest import read_manifest
     from duet.data.shards import CodeShards
     from duet.data.timing import read_timing, timing_path
-    from duet.luna.align import read_alignments
-    from duet.luna.data import LunaData, LunaDataConfig
+    from duet.data.token_rows import LunaDataConfig
+    from duet.luna.data import LunaData
     from duet.text import get_tokenizer
     from duet.text.phonemes import surface
 

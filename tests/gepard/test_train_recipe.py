@@ -18,7 +18,12 @@ from duet.gepard.checkpoint import load_gepard
 from duet.gepard.config import PRESETS, with_aligned_input
 from duet.gepard.data import GepardData, GepardDataConfig, train_tokenizer
 from duet.gepard.model import GepardModel, GepardPrompt
-from duet.gepard.train import (
+from duet.text import get_tokenizer
+from duet.text.tokens import service_ids
+from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
+from duet.train.loop import LoopConfig
+from duet.train.metrics import read_metrics
+from duet.train.recipes.gepard import (
     GepardTrainConfig,
     config_from_json,
     config_to_json,
@@ -27,11 +32,6 @@ from duet.gepard.train import (
     recipe,
     train_gepard,
 )
-from duet.text import get_tokenizer
-from duet.text.tokens import service_ids
-from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
-from duet.train.loop import LoopConfig
-from duet.train.metrics import read_metrics
 
 SHORT = {"slt-003", "slt-004", "kal-001", "kal-005"}  # "Yes.", "Hello there!", "No.", "Thank you.": 1-2 words
 DATA = GepardDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)

@@ -162,7 +162,7 @@ def test_spread_frames_matches_loop_and_adds_up():
     import random
     from fractions import Fraction
 
-    from duet.luna.duration import spread_frames
+    from duet.data.token_rows import spread_frames
 
     rng = random.Random(0)
     for _ in range(200):

@@ -16,12 +16,16 @@ from luna_train_testing import micro_configs
 
 from checkpoint_testing import write_tiny_rvq_codec
 from corpus_testing import HashCodec, write_corpus
+from duet.data.token_rows import LunaDataConfig
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
-from duet.luna.data import LunaDataConfig
 from duet.luna.realtime import PRESETS, RealtimeConfig
-from duet.luna.realtime_train import (
+from duet.luna.shipped import load_luna, load_luna_realtime, save_luna
+from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
+from duet.train.loop import LoopConfig
+from duet.train.metrics import read_metrics
+from duet.train.recipes.luna_realtime import (
     RealtimeTrainConfig,
     config_from_json,
     config_to_json,
@@ -30,10 +34,6 @@ from duet.luna.realtime_train import (
     recipe,
     train_luna_realtime,
 )
-from duet.luna.shipped import load_luna, load_luna_realtime, save_luna
-from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
-from duet.train.loop import LoopConfig
-from duet.train.metrics import read_metrics
 from duet.tts.luna_realtime import RealtimeSpeaker
 
 Q, K = 4, 64  # rvq-tiny's grid, so the exported model speaks through a real (random) causal RVQ codec

@@ -12,19 +12,28 @@ from luna_train_testing import K, Q, micro_configs, write_rvq_corpus
 
 from corpus_testing import MISSING, UTTERANCES, timed_copy
 from duet.data.shards import CodeShards
+from duet.data.token_rows import LunaDataConfig, token_weights
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.luna.config import PRESETS
-from duet.luna.data import LunaData, LunaDataConfig, token_weights
+from duet.luna.data import LunaData
 from duet.luna.model import LunaInputs
 from duet.luna.shipped import load_luna
-from duet.luna.train import LunaTrainConfig, config_from_json, config_to_json, export_luna, main, recipe, train_luna
 from duet.text import get_tokenizer
 from duet.text.prompts import luna_prompt
 from duet.text.tokens import service_ids
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
+from duet.train.recipes.luna import (
+    LunaTrainConfig,
+    config_from_json,
+    config_to_json,
+    export_luna,
+    main,
+    recipe,
+    train_luna,
+)
 
 DATA = LunaDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)
 
@@ -248,7 +257,7 @@ def test_duration_only_trains_the_predictor_alone(corpus, tmp_path):
 
 def test_data_align_writes_alignments_that_training_reads(corpus, tmp_path, capsys):
     from duet.cli import main as duet_main
-    from duet.luna.align import read_alignments
+    from duet.data.align import read_alignments
 
     manifest, shards, tokenizer = corpus
     out = tmp_path / "align.jsonl"
@@ -321,7 +330,7 @@ def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
     assert torch.equal(edited.grid[:a], original[:a]) and torch.equal(edited.grid[b:], original[b:])
 
     # Luna Realtime continues from the aligned Luna, reads the same timing and streams with the predicted layout
-    from duet.luna.realtime_train import main as realtime_main
+    from duet.train.recipes.luna_realtime import main as realtime_main
     from duet.tts.luna_realtime import RealtimeSpeaker
 
     rt = tmp_path / "rt"

@@ -88,7 +88,7 @@ def test_encode_phonemises_first_and_the_marker_changes_no_id(trained):
 def test_offsets_index_the_surface_string(trained):
     """Luna's duration weights count characters through token offsets: for a phoneme tokenizer those offsets
     are into the IPA (``surface``), and the tokens' spans rebuild it."""
-    from duet.luna.data import token_weights
+    from duet.data.token_rows import token_weights
     from duet.text.phonemes import surface
 
     plain, marked = trained

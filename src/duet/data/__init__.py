@@ -11,8 +11,11 @@
     manifest.py       the JSONL manifest and the text-keyed train/val/test split
     shards.py         `duet data encode`: codes in resumable safetensors shards; `CodeShards` reads them
     utterances.py     training data of any family: split and language selection, text normalisation, BPE training
+    token_rows.py     the rows Luna trains on: token ids, frames, duration targets (alignment, timing or spread)
+    align.py          forced alignment of text tokens to codec frames (monotonic search, flat-start EM), its file
+    align_corpus.py   `duet data align`: align the rows of a coded corpus
     buckets.py        length-bucketed batch plans under a padded-positions budget (pure, seeded)
-    cli.py            `duet data build | encode`
+    cli.py            `duet data build | encode | align`
 
 Audio is stored as mono 16-bit WAV at each source's native rate (16, 22.05 or 32 kHz); consumers resample on load.
 """

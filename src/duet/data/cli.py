@@ -1,5 +1,5 @@
 """`duet data build`, `duet data encode` and `duet data align`: flags -> library calls (`build.build_corpus`,
-`shards.encode_corpus`, `duet.luna.align_corpus.align_corpus`)."""
+`shards.encode_corpus`, `duet.data.align_corpus.align_corpus`)."""
 
 from __future__ import annotations
 
@@ -93,9 +93,9 @@ def _encode(args: argparse.Namespace) -> int:
 def _align(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from duet.data.align import AlignerConfig
+    from duet.data.align_corpus import align_corpus
     from duet.errors import DuetError
-    from duet.luna.align import AlignerConfig
-    from duet.luna.align_corpus import align_corpus
 
     tokenizer = Path(args.tokenizer)
     if tokenizer.is_dir():

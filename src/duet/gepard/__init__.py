@@ -7,6 +7,5 @@
 ``generate``         the sampler: prefill, KV-cached steps, factorised sampling, stop / bound, CFG, seeds
 ``probes``           entropy and stop-probability probes, effective rank
 ``data``             code shards + manifest text -> tokenised, length-bucketed GepardBatch (repetition augmentation)
-``train``            the `duet train gepard` recipe over the shared loop, and export to a shipped checkpoint
 ``checkpoint``       the shipped format: fp16 model.safetensors + config.json + tokenizer.json
 """

@@ -11,7 +11,6 @@
 ``stream``     Realtime streaming: conditions' KV cache built once, MaskGIT refinement per block, commit, audio out
 ``bundle``     LunaBundle: the acoustic model and its duration predictor, trained and shipped together; LunaBatch
 ``data``       code shards + manifest text -> length-bucketed LunaBatches with (approximate) duration targets
-``train``      the recipe: presets, ``duet train luna`` / ``luna-export``, resume and warm start
 ``shipped``    the shipped directory (fp16 weights, config with the codec's name, tokenizer) and its loader
 ``checkpoint`` the plain per-model format of ``LunaModel.save`` / ``DurationPredictor.save``
 """

@@ -13,14 +13,15 @@ languages, others as written) and wrapped in SOT/EOT; no SOS, because nothing au
 own embeddings mark where audio starts). Inference wraps the same way (``duet.text.prompts.luna_prompt``).
 
 Duration targets. The report supervises the duration predictor with forced-alignment durations. With
-``LunaDataConfig.alignments`` (a file from ``duet data align``, ``duet.luna.align``: a monotonic alignment search
+``LunaDataConfig.alignments`` (a file from ``duet data align``, ``duet.data.align``: a monotonic alignment search
 under a flat-start model of the corpus itself, made with the run's tokenizer) each utterance's targets are its
 alignment: a frame count per token of [SOT, tokens..., EOT], SOT and EOT holding the leading and trailing silence.
 Without one, or for an utterance the file lacks, an approximation stands in: the true frame count T spread over the
-text tokens in proportion to their non-space characters (:func:`token_weights`, then ``duration.spread_frames``),
+text tokens in proportion to their non-space characters (``token_weights``, then ``spread_frames``),
 0 for SOT and EOT, rounded cumulatively so the targets add up to T exactly (pauses, stress and silence are smeared
 over all tokens). Either way the predictor's total, the only thing decoding uses (T = sum of expected durations),
-is supervised exactly.
+is supervised exactly. Which utterances and their targets are the data layer's rows (``duet.data.token_rows``), which
+the forced aligner reads too.
 
 Prompts are not cut here: batches hold whole utterances and the objective cuts each row's prompt off its own grid
 (``diffusion.split_prompt``) with its seeded generator, so every epoch sees fresh splits.
@@ -36,7 +37,6 @@ Shape legend: B batch, S text ids (with SOT/EOT), T frames, Q codebooks, K codes
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -45,68 +45,20 @@ import torch
 from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
-from duet.data.token_timing import timed_texts
-from duet.data.utterances import SplitFacts, coded_texts
+from duet.data.token_rows import LunaDataConfig, TokenRow, codebook_size, select_rows
+from duet.data.utterances import SplitFacts
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBatch
 from duet.luna.config import LunaConfig
-from duet.luna.duration import spread_frames
 from duet.luna.model import collate, pad_right
-from duet.text.phonemes import surface
 from duet.text.prompts import wrap_ids
 from duet.text.tokens import service_ids
-
-
-@dataclass(frozen=True)
-class LunaDataConfig:
-    batch_frames: int = 2000  # padded positions (text + audio) per batch: B x max(S_b + T_b)
-    max_batch_size: int = 32
-    max_frames: int = 750  # longer utterances are left out (30 s at 25 Hz, Realtime's serving bound too)
-    bucket_width: int = 16  # positions per length bucket; rows within a bucket are shuffled each epoch
-    languages: tuple[str, ...] = ()  # keep only manifest languages starting with one of these; () = all
-    normalize: bool = True  # English text normalisation (numbers, money, abbreviations -> words)
-    val_items: int = 64  # held-out utterances scored at each validation (0 = no validation)
-    seed: int = 0
-    alignments: str | None = None  # duration targets from ``duet data align`` (None: the character spread)
-
-    def __post_init__(self) -> None:
-        if self.batch_frames < 1 or self.max_batch_size < 1 or self.max_frames < 1 or self.bucket_width < 1:
-            raise DuetError("batch_frames, max_batch_size, max_frames and bucket_width must be positive")
-
-
-def token_weights(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
-    """Non-space characters of each token (its ``[start, end)`` span of ``text``): the duration weights."""
-    return [sum(not ch.isspace() for ch in text[a:b]) for a, b in offsets]
-
-
-def duration_targets(weights: Sequence[int], frames: int) -> list[int]:
-    """Targets of the wrapped text [SOT, tokens..., EOT]: 0, the frames spread by weight (adding up to T), 0."""
-    return [0, *spread_frames(weights, frames), 0]
-
-
-@dataclass(frozen=True)
-class _Item:
-    id: str
-    text: str  # prepared (normalised) text
-    ids: tuple[int, ...]  # its token ids, without SOT/EOT
-    weights: tuple[int, ...]  # non-space characters per token
-    frames: int
-    # targets of [SOT, ids..., EOT]: int frame counts of a forced alignment, or float frames of the corpus timing
-    durations: tuple[int, ...] | tuple[float, ...] | None = None
-
-    def targets(self) -> list[int] | list[float]:
-        """Duration targets of the wrapped text: the alignment's, else the character spread."""
-        return list(self.durations) if self.durations is not None else duration_targets(self.weights, self.frames)
-
-    @property
-    def positions(self) -> int:
-        return len(self.ids) + 2 + self.frames  # SOT, EOT
 
 
 class LunaData(SplitFacts):
     """One split's utterances with their codes in memory; ``epoch(e)`` is the loop's :class:`BatchSource`."""
 
-    def __init__(self, items: Sequence[_Item], codes: dict[str, torch.Tensor], tokenizer, cfg: LunaDataConfig,
+    def __init__(self, items: Sequence[TokenRow], codes: dict[str, torch.Tensor], tokenizer, cfg: LunaDataConfig,
                  codebook_size: int, train: bool, frame_rate: float | None = None,
                  dropped: dict[str, int] | None = None):
         if not items:
@@ -134,46 +86,22 @@ class LunaData(SplitFacts):
         """Utterances of ``split`` that have codes in ``shards``; ``limit`` keeps a fixed subset (validation).
 
         With ``model`` given, codes must be its Q codebooks of K entries and rows fit its ``max_positions``.
-        ``alignments`` (id -> durations of the wrapped text, ``duet.luna.align.read_alignments``) replace the
+        ``alignments`` (id -> durations of the wrapped text, ``duet.data.align.read_alignments``) replace the
         character spread where they fit the utterance (one per token, adding up to its frames); the others are
         counted in ``unaligned`` (kept, with the spread; None without alignments).
         """
         shards = shards if isinstance(shards, CodeShards) else CodeShards(shards)
-        sizes = tuple(shards.codebook_sizes)
-        if len(set(sizes)) != 1:
-            raise DuetError(f"codes in {shards.root} have codebook sizes {sizes}; Luna needs Q codebooks of one "
-                            "size K (an RVQ codec such as duet-rvq)")
+        size, sizes = codebook_size(shards), tuple(shards.codebook_sizes)
         if model is not None and sizes != (model.codebook_size,) * model.num_codebooks:
             raise DuetError(f"codes in {shards.root} are {len(sizes)} codebooks of {sizes[0]}; the model wants "
                             f"{model.num_codebooks} of {model.codebook_size} (train on the codec it was built for)")
         max_positions = min(cfg.batch_frames, model.backbone.max_positions if model else cfg.batch_frames)
-
-        # with a limit, a fixed subset spread over speakers: the first ``limit`` in id-hash order
-        chosen, dropped = coded_texts(manifest, split, cfg, shards, ordered=limit is not None)
-        if model is not None and model.is_aligned:
-            candidates = _timed_items(chosen, manifest, tokenizer, shards, dropped)
-        else:
-            candidates = _spread_items(chosen, tokenizer, shards)
-        items, unaligned = [], 0
-        for item in candidates:
-            if item.frames > cfg.max_frames or item.positions > max_positions or item.frames < 1:
-                dropped["too_long"] += 1
-                continue
-            if not sum(item.weights):  # nothing to speak (cannot happen for stripped non-empty text; a guard)
-                dropped["empty_text"] += 1
-                continue
-            if alignments is not None and item.durations is None:
-                aligned = alignments.get(item.id)
-                if aligned is not None and len(aligned) == len(item.ids) + 2 and sum(aligned) == item.frames:
-                    item = replace(item, durations=tuple(aligned))
-                else:
-                    unaligned += 1
-            items.append(item)
-            if limit is not None and len(items) >= limit:
-                break
+        items, dropped, unaligned = select_rows(shards, manifest, tokenizer, cfg, split, max_positions,
+                                                timed=model is not None and model.is_aligned, limit=limit,
+                                                alignments=alignments)
         wanted = {it.id for it in items}
         codes = {uid: c.to(torch.int16) for uid, c in shards if uid in wanted}  # (Q, T) each
-        data = cls(items, codes, tokenizer, cfg, codebook_size=sizes[0], train=split == "train",
+        data = cls(items, codes, tokenizer, cfg, codebook_size=size, train=split == "train",
                    frame_rate=shards.frame_rate, dropped=dropped)
         data.unaligned = unaligned if alignments is not None else None
         return data
@@ -209,22 +137,3 @@ class LunaData(SplitFacts):
     def batches(self) -> list[LunaBatch]:
         """Every batch of the split in length order (validation)."""
         return [self.make_batch(b) for b in self.plan(0)]
-
-
-def _spread_items(chosen: Sequence[tuple[Utterance, str]], tokenizer, shards: CodeShards) -> list[_Item]:
-    """Items of the prepared texts, tokenised with character offsets (the spread's weights)."""
-    encoded = (tokenizer([t for _, t in chosen], add_special_tokens=False, return_offsets_mapping=True)
-               if chosen else {"input_ids": [], "offset_mapping": []})
-    return [_Item(u.id, text, tuple(ids), tuple(token_weights(surface(tokenizer, text), offsets)),  # IPA offsets
-                  shards.frames(u.id))
-            for (u, text), ids, offsets in zip(chosen, encoded["input_ids"], encoded["offset_mapping"])]
-
-
-def _timed_items(chosen: Sequence[tuple[Utterance, str]], manifest, tokenizer, shards: CodeShards,
-                 dropped: dict[str, int]) -> list[_Item]:
-    """Items whose text is the IPA their voice read, with the corpus timing's continuous frames per token."""
-    if not isinstance(manifest, (str, Path)):
-        raise DuetError("aligned text input reads timing files next to the corpus: pass the manifest path")
-    timed = timed_texts([u for u, _ in chosen], Path(manifest).parent, tokenizer, shards.frames, shards.frame_rate,
-                        dropped)
-    return [_Item(t.utterance.id, t.phonemes, t.ids, (1,) * len(t.ids), t.frames, t.durations) for t in timed]

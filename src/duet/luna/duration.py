@@ -11,11 +11,12 @@ punctuation pauses. Service tokens carry duration 0 under the character spread (
 the silence at the ends); a non-verbal token carries its event.
 
 Supervision. The report trains on forced-alignment durations. duet aligns its corpus itself (``duet data align``,
-``duet.luna.align``: a monotonic alignment search under a flat-start Gaussian model of the corpus's log-mels, SOT
+``duet.data.align``: a monotonic alignment search under a flat-start Gaussian model of the corpus's log-mels, SOT
 and EOT taking the leading and trailing silence) and trains on that with ``duet train luna --alignments``; without
 an alignment file the recipe (``duet.luna.data``) falls back to spreading each utterance's true frame count over
-its tokens in proportion to their character counts (``spread_frames``; service tokens count 0 characters). Both add
-up to the true frame count exactly, so the total length T, the only thing decoding uses, is supervised exactly.
+its tokens in proportion to their character counts (``duet.data.token_rows.spread_frames``; service tokens count 0
+characters). Both add up to the true frame count exactly, so the total length T, the only thing decoding uses, is
+supervised exactly.
 Where a synthesiser's own timing is at hand (Festival's Segment relation), ``frame_durations`` turns segment end
 times into counts that also add up exactly; ``benchmarks/align_bench.py`` uses Festival's timing to score the
 alignments.
@@ -112,29 +113,6 @@ def frame_durations(end_times: Sequence[float], frame_rate: float, start: float 
         b = round(e * frame_rate)
         out.append(b - prev)
         prev_t, prev = e, b
-    return out
-
-
-def spread_frames(weights: Sequence[int], frames: int) -> list[int]:
-    """Spread ``frames`` over segments in proportion to integer ``weights`` (e.g. characters per text token).
-
-    Cumulative boundaries are rounded, not the shares (as in ``frame_durations``): b_i = round(frames c_i / C) with
-    c_i the running weight sum, C the total, halves rounded up in exact integer arithmetic. So the counts add up to
-    ``frames`` exactly, a zero weight gets 0 frames, and no share is off by more than one frame from its ideal.
-    """
-    if frames < 0:
-        raise DuetError(f"frames must be >= 0, got {frames}")
-    if any(w < 0 for w in weights):
-        raise DuetError(f"weights must be >= 0, got {list(weights)}")
-    total = sum(weights)
-    if total == 0:
-        raise DuetError("cannot spread frames over segments whose weights are all 0")
-    out, running, prev = [], 0, 0
-    for w in weights:
-        running += w
-        boundary = (2 * frames * running + total) // (2 * total)  # round(frames * running / total), half up
-        out.append(boundary - prev)
-        prev = boundary
     return out
 
 

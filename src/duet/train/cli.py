@@ -3,12 +3,12 @@
     duet train codec --config fsq|rvq|PATH.json [--manifest data/base/manifest.jsonl] [--out runs/NAME] [--resume]
                      [--init-from checkpoints/duet-fsq]
     duet train codec-export RUN_DIR --out checkpoints/duet-fsq     # training checkpoint -> shipped fp16 codec
-    duet train gepard --preset gepard-tiny --shards codes/fsq --out runs/gepard-tiny      (duet.gepard.train)
+    duet train gepard --preset gepard-tiny --shards codes/fsq --out runs/gepard-tiny      (recipes/gepard.py)
     duet train gepard-export RUN_DIR --out checkpoints/gepard-tiny
-    duet train luna --preset luna-tiny --shards codes/rvq --out runs/luna-tiny              (duet.luna.train)
+    duet train luna --preset luna-tiny --shards codes/rvq --out runs/luna-tiny              (recipes/luna.py)
     duet train luna-export RUN_DIR --out checkpoints/luna-tiny
     duet train luna-realtime --init-from checkpoints/luna-tiny --shards codes/rvq --out runs/luna-realtime-tiny
-                                                                                   (duet.luna.realtime_train)
+                                                                                   (recipes/luna_realtime.py)
     duet train luna-realtime-export RUN_DIR --out checkpoints/luna-realtime-tiny
 """
 
@@ -48,15 +48,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--checkpoint", default=None, help="a specific checkpoint directory (default: latest)")
     export.set_defaults(func=_export)
 
-    from duet.gepard.train import add_train_gepard_parser
+    from duet.train.recipes.gepard import add_train_gepard_parser
 
     add_train_gepard_parser(sub)
 
-    from duet.luna.train import add_train_luna_parser
+    from duet.train.recipes.luna import add_train_luna_parser
 
     add_train_luna_parser(sub)
 
-    from duet.luna.realtime_train import add_train_realtime_parser
+    from duet.train.recipes.luna_realtime import add_train_realtime_parser
 
     add_train_realtime_parser(sub)
 

@@ -1,4 +1,4 @@
-"""What every family's training recipe (``duet.gepard.train``, ``duet.luna.train``) shares around the loop.
+"""What every family's training recipe (``duet.train.recipes``: ``gepard``, ``luna``) shares around the loop.
 
 A recipe config is a frozen dataclass with at least ``shards`` (encoded codes), ``manifest`` (their corpus),
 ``data`` (a data config with ``languages`` / ``normalize`` / ``batch_frames`` / ``max_batch_size`` / ``seed``),

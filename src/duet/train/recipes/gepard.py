@@ -3,7 +3,7 @@
     duet train gepard --preset gepard-tiny --shards data/base/codes-duet-fsq --manifest data/base/manifest.jsonl \\
         --tokenizer train-bpe --out runs/gepard-tiny [--resume] [--steps N] [--batch-frames N] [--lr LR] \\
         [--bf16] [--accum N] [--minutes M]
-    torchrun --nproc-per-node 2 -m duet.gepard.train gepard ...        # DDP (gloo on CPU, nccl on GPU)
+    torchrun --nproc-per-node 2 -m duet.train.recipes.gepard gepard ...        # DDP (gloo on CPU, nccl on GPU)
     duet train gepard-export runs/gepard-tiny --out checkpoints/gepard-tiny   # fp16 weights + config + tokenizer
 
 The pieces: ``duet.gepard.data`` (shards + manifest text -> length-bucketed ``GepardBatch``es, short-register
@@ -252,7 +252,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m duet.gepard.train gepard ...`` (what torchrun launches)."""
+    """``python -m duet.train.recipes.gepard gepard ...`` (what torchrun launches)."""
     return stage_main(add_train_gepard_parser, argv)
 
 

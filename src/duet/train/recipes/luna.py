@@ -2,7 +2,7 @@
 
     duet train luna --preset luna-tiny --shards data/base/codes-duet-rvq --manifest data/base/manifest.jsonl \\
         --out runs/luna-tiny [--resume] [--steps N] [--batch-frames N] [--lr LR] [--minutes M] [--init-from DIR]
-    torchrun --nproc-per-node 2 -m duet.luna.train luna ...          # DDP (gloo on CPU, nccl on GPU)
+    torchrun --nproc-per-node 2 -m duet.train.recipes.luna luna ...          # DDP (gloo on CPU, nccl on GPU)
     duet train luna-export runs/luna-tiny --out checkpoints/luna-tiny   # fp16 weights + config + tokenizer
 
 The pieces: ``duet.luna.data`` (shards + manifest text -> length-bucketed ``LunaBatch``es with duration targets),
@@ -11,10 +11,10 @@ The pieces: ``duet.luna.data`` (shards + manifest text -> length-bucketed ``Luna
 the predictor's bin cross-entropy), ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard,
 accumulation, checkpoints, exact resume, DDP, metrics and plots), ``duet.train.recipe`` (what Gepard's recipe
 shares). This file parses flags and wires them; :func:`run_luna_recipe` is the part around the loop that
-``duet.luna.realtime_train`` (Luna-TTS Realtime's continual training) shares.
+``duet.train.recipes.luna_realtime`` (Luna-TTS Realtime's continual training) shares.
 
 Duration predictor supervision: forced alignments (``duet data align --tokenizer RUN_OR_MODEL ... --out FILE``,
-then ``--alignments FILE``; ``duet.luna.align``), or without them the character-proportional spread
+then ``--alignments FILE``; ``duet.data.align``), or without them the character-proportional spread
 (``duet.luna.data``). Either way the per-token targets add up to the frame count exactly, so the predicted total
 length, the only thing decoding uses, is supervised exactly; check ``length_err`` / ``val_length_err`` in
 ``metrics.jsonl`` (the mean relative error of the predicted total). ``--duration-only --init-from MODEL`` retrains a
@@ -42,10 +42,11 @@ import torch.distributed as dist
 from torch import nn
 
 from duet.config_io import from_dict, to_dict
+from duet.data.token_rows import LunaDataConfig
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
 from duet.luna.config import PRESETS, LunaConfig, luna_preset
-from duet.luna.data import LunaData, LunaDataConfig
+from duet.luna.data import LunaData
 from duet.luna.diffusion import DiffusionConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.shipped import load_luna, save_luna
@@ -152,7 +153,7 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
 def run_luna_recipe(cfg: Any, run_dir: Path, model: LunaConfig, build: Callable[[], nn.Module],
                     objective: Objective, *, tokenizer: str | None, resume: bool, stop_at_step: int | None,
                     max_minutes: float | None, progress: bool, extra: dict[str, Any]) -> LoopResult:
-    """What every Luna recipe (this one, ``duet.luna.realtime_train``) does around the shared loop.
+    """What every Luna recipe (this one, ``duet.train.recipes.luna_realtime``) does around the shared loop.
 
     ``cfg`` is the recipe's config (``name``, ``shards``, ``manifest``, ``data``, ``loop``; ``bpe_vocab`` when the
     tokenizer is trained), already merged on a resume. Writes ``config.json`` and the run's tokenizer (rank 0),
@@ -179,7 +180,7 @@ def run_luna_recipe(cfg: Any, run_dir: Path, model: LunaConfig, build: Callable[
                             f"{model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
         aligned = None
         if cfg.data.alignments:
-            from duet.luna.align import read_alignments
+            from duet.data.align import read_alignments
 
             aligned = read_alignments(cfg.data.alignments, run_dir / "tokenizer.json")
         data = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=model, alignments=aligned)
@@ -294,7 +295,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m duet.luna.train luna ...`` (what torchrun launches)."""
+    """``python -m duet.train.recipes.luna luna ...`` (what torchrun launches)."""
     return stage_main(add_train_luna_parser, argv)
 
 

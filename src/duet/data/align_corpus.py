@@ -1,7 +1,7 @@
-"""Align a coded corpus for Luna's duration predictor: ``duet data align`` -> an alignment file (``duet.luna.align``).
+"""Align a coded corpus for Luna's duration predictor: ``duet data align`` -> an alignment file (``duet.data.align``).
 
-The utterances are exactly the ones Luna training reads (``LunaData.from_shards`` with the same tokenizer, languages
-and text preparation), so every alignment's token count matches a training row. Features are log-mels of the
+The utterances are exactly the ones Luna training reads (``duet.data.token_rows.select_rows`` with the same tokenizer,
+languages and text preparation), so every alignment's token count matches a training row. Features are log-mels of the
 utterance's audio at the code grid's frame rate (one per code frame; the audio is resampled to a rate the frame
 rate divides, the hop is one frame), minus the utterance's mean.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from duet.data.align import AlignerConfig, AlignItem, AlignResult, fit_alignments, write_alignments
 from duet.errors import DuetError
-from duet.luna.align import AlignerConfig, AlignItem, AlignResult, fit_alignments, write_alignments
 
 FEATURE_RATES = (24_000, 22_050, 16_000, 48_000, 44_100)  # Hz: the first one a code frame divides is used
 
@@ -55,8 +55,7 @@ def align_corpus(manifest: str | Path, shards: str | Path, tokenizer_json: str |
     from duet.audio import load_audio
     from duet.data.manifest import audio_path, read_manifest
     from duet.data.shards import CodeShards
-    from duet.luna.data import LunaData, LunaDataConfig, duration_targets
-    from duet.luna.duration import spread_frames
+    from duet.data.token_rows import LunaDataConfig, duration_targets, select_rows, spread_frames
     from duet.text import get_tokenizer
     from duet.text.tokens import service_ids
 
@@ -66,11 +65,10 @@ def align_corpus(manifest: str | Path, shards: str | Path, tokenizer_json: str |
     data_cfg = LunaDataConfig(languages=languages)
     items = []
     for split in ("train", "val"):
-        try:
-            items += LunaData.from_shards(code_shards, manifest, tokenizer, data_cfg, split).items
-        except DuetError:
-            if split == "train":
-                raise
+        rows = select_rows(code_shards, manifest, tokenizer, data_cfg, split)[0]
+        if not rows and split == "train":
+            raise DuetError("no utterances left for Luna training (check the split, languages and lengths)")
+        items += rows
     items = items[:limit] if limit is not None else items
     sample_rate, frame_rate = _feature_rate(code_shards.frame_rate), code_shards.frame_rate
     service = service_ids(tokenizer)

@@ -1,4 +1,4 @@
-"""The forced aligner behind Luna's duration targets (duet.luna.align): the monotonic search against brute force,
+"""The forced aligner behind Luna's duration targets (duet.data.align): the monotonic search against brute force,
 EM recovering planted durations, the alignment file's tokenizer check, and ``duet data align`` on the tiny corpus."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from duet.errors import DuetError
-from duet.luna.align import (
+from duet.data.align import (
     AlignerConfig,
     AlignItem,
     fit_alignments,
@@ -19,6 +18,7 @@ from duet.luna.align import (
     read_alignments,
     write_alignments,
 )
+from duet.errors import DuetError
 
 
 def _brute_force(log_lik: np.ndarray) -> tuple[float, np.ndarray]:
@@ -102,7 +102,7 @@ def test_the_alignment_file_round_trips_and_checks_its_tokenizer(tmp_path):
 
 
 def test_frame_features_give_one_centred_log_mel_per_code_frame():
-    from duet.luna.align_corpus import _feature_rate, frame_features
+    from duet.data.align_corpus import _feature_rate, frame_features
 
     audio = np.random.default_rng(0).normal(scale=0.1, size=24_000 - 500).astype(np.float32)  # a partial last frame
     feats = frame_features(audio, 24_000, 25.0, 25, AlignerConfig(n_mels=20))

@@ -10,7 +10,7 @@ to the corpus itself:
   -1/2 sum_d (x_td - mu_{k(s),d})^2 / var_d up to a constant;
 * alignment: the monotonic path that maximises the summed log-likelihood, every token of the wrapped text
   [SOT, tokens..., EOT] taking at least one frame, in order (SOT and EOT take the leading and trailing silence);
-* EM: start from the character-proportional spread (``duet.luna.data.duration_targets``, SOT and EOT one frame each),
+* EM: start from the character-proportional spread (``duet.data.token_rows.spread_frames``, SOT and EOT one frame each),
   re-estimate the means and the variance from the current alignments, re-align all utterances; a few rounds.
 
 An utterance with fewer frames than tokens cannot give every token a frame; it keeps the spread targets and is

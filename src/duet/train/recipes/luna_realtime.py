@@ -17,7 +17,7 @@ independent noise level per block). Here:
   training settings and the block size (``--block-size`` overrides it).
 - the loss is ``duet.luna.realtime_loss.realtime_training_loss`` through ``duet.train.objectives.luna.
   LunaRealtimeDiffusion``; the data (``duet.luna.data``), run directory, tokenizer handling and loop are the Luna
-  recipe's (``duet.luna.train.run_luna_recipe``), so checkpoints and exact resume work as there.
+  recipe's (``duet.train.recipes.luna.run_luna_recipe``), so checkpoints and exact resume work as there.
 
 Batch sizes: ``batch_frames`` counts text + audio positions per row as in Luna, but a Realtime row runs
 S + 2 N B_k positions (the noisy and the clean stream, N = floor(T / B_k) + 1 blocks), about twice as many, hence the
@@ -36,15 +36,14 @@ from typing import Any
 import torch
 
 from duet.config_io import from_dict, to_dict
+from duet.data.token_rows import LunaDataConfig
 from duet.errors import DuetError
 from duet.luna.bundle import RealtimeBundle
 from duet.luna.config import LunaConfig
-from duet.luna.data import LunaDataConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.realtime import PRESETS, RealtimeConfig, realtime_preset
 from duet.luna.realtime_loss import RealtimeObjective
 from duet.luna.shipped import load_luna, save_luna_realtime
-from duet.luna.train import run_luna_recipe
 from duet.train.checkpoint import latest_checkpoint, load_weights
 from duet.train.loop import LoopConfig, LoopResult
 from duet.train.objectives.luna import LunaRealtimeDiffusion
@@ -58,6 +57,7 @@ from duet.train.recipe import (
     stage_main,
 )
 from duet.train.recipe import config_from_args as recipe_config_from_args
+from duet.train.recipes.luna import run_luna_recipe
 
 DEFAULT_PRESET = "luna-realtime-tiny"
 
@@ -221,7 +221,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m duet.luna.realtime_train luna-realtime ...`` (what torchrun launches)."""
+    """``python -m duet.train.recipes.luna_realtime luna-realtime ...`` (what torchrun launches)."""
     return stage_main(add_train_realtime_parser, argv)
 
 

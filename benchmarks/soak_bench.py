@@ -207,31 +207,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--cut", type=int, default=100)
     p.add_argument("--max-batch", type=int, default=16)
+    p.add_argument("--phases", default="soak,cut,digits", help="which of soak, cut, digits to run (comma-separated)")
     args = p.parse_args(argv)
+    phases = set(args.phases.split(","))
+    if not phases or phases - {"soak", "cut", "digits"}:
+        p.error("--phases: a comma-separated subset of soak, cut, digits")
     if not (1 <= args.streams <= 256 and 0 < args.seconds <= 600 and 0 <= args.cut <= 1000):
         p.error("bounded load only: --streams 1..256, --seconds up to 600, --cut up to 1000")
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="soak_bench_")) / "server.log"
     server = Server(duet_serve_argv(args.model, port, args.max_batch, max(args.streams, args.cut) + 16), port, log)
     try:
-        s = asyncio.run(soak(server, args.streams, args.seconds))
-        c = asyncio.run(cut_streams(server, args.cut, args.max_batch)) if args.cut else None
-        d = asyncio.run(health_during_digits(server))
+        s = asyncio.run(soak(server, args.streams, args.seconds)) if "soak" in phases else None
+        c = asyncio.run(cut_streams(server, args.cut, args.max_batch)) if args.cut and "cut" in phases else None
+        d = asyncio.run(health_during_digits(server)) if "digits" in phases else None
     finally:
         server.close()
     print(f"model {args.model}, {args.streams} streams for {args.seconds:g} s, batch {args.max_batch}; server log {log}")
     print()
-    head = ("streams", "seconds", "warm-up errors", "completed", "errors", "audio s", "x real time", "TTFA p50 ms",
-            "TTFA p95 ms", "/health p50 ms", "/health max ms", "RSS start MB", "RSS end MB", "RSS peak MB",
-            "RSS growth")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "|".join("---" for _ in head) + "|")
-    print(f"| {s['streams']} | {s['wall_s']:.1f} | {s['warm_errors']} | {s['completed']} | {s['errors']} | "
-          f"{s['audio_s']:.0f} | {s['x_realtime']:.2f} | {s['ttfa_p50_ms']:.0f} | {s['ttfa_p95_ms']:.0f} | "
-          f"{s['health_p50_ms']:.1f} | {s['health_max_ms']:.1f} | {s['rss_start_mb']:.0f} | {s['rss_end_mb']:.0f} | "
-          f"{s['rss_peak_mb']:.0f} | {s['rss_growth_pct']:+.1f}% |")
-    for e in s["error_samples"]:
-        print(f"error: {e}")
+    if s is not None:
+        head = ("streams", "seconds", "warm-up errors", "completed", "errors", "audio s", "x real time", "TTFA p50 ms",
+                "TTFA p95 ms", "/health p50 ms", "/health max ms", "RSS start MB", "RSS end MB", "RSS peak MB",
+                "RSS growth")
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---" for _ in head) + "|")
+        print(f"| {s['streams']} | {s['wall_s']:.1f} | {s['warm_errors']} | {s['completed']} | {s['errors']} | "
+              f"{s['audio_s']:.0f} | {s['x_realtime']:.2f} | {s['ttfa_p50_ms']:.0f} | {s['ttfa_p95_ms']:.0f} | "
+              f"{s['health_p50_ms']:.1f} | {s['health_max_ms']:.1f} | {s['rss_start_mb']:.0f} | {s['rss_end_mb']:.0f} | "
+              f"{s['rss_peak_mb']:.0f} | {s['rss_growth_pct']:+.1f}% |")
+        for e in s["error_samples"]:
+            print(f"error: {e}")
     if c is not None:
         print()
         head = ("cut streams", "reached the cut", "cancelled", "all slots free", "freed after s", "running", "waiting",
@@ -241,12 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {c['cut']} | {c['reached_cut_point']} | {c['cancelled']} | {'yes' if c['all_free'] else 'NO'} | "
               f"{c['free_after_s']:.2f} | {c['running']} | {c['waiting']} | {c['active_streams']:.0f} | "
               f"{c['kv_reserved_bytes']:.0f} |")
-    print()
-    print("| 4,000-digit request | its time s | /health polls | /health p50 ms | /health max ms |")
-    print("|---|---|---|---|---|")
-    print(f"| {d['status']} | {d['request_s']:.2f} | {d['health_polls']} | {d['health_p50_ms']:.1f} | "
-          f"{d['health_max_ms']:.1f} |")
-    print(f"\n4,000-digit answer: {d['message'][:160]}")
+    if d is not None:
+        print()
+        print("| 4,000-digit request | its time s | /health polls | /health p50 ms | /health max ms |")
+        print("|---|---|---|---|---|")
+        print(f"| {d['status']} | {d['request_s']:.2f} | {d['health_polls']} | {d['health_p50_ms']:.1f} | "
+              f"{d['health_max_ms']:.1f} |")
+        print(f"\n4,000-digit answer: {d['message'][:160]}")
     return 0
 
 

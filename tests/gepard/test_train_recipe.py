@@ -13,6 +13,7 @@ import torch
 from gepard_train_testing import MISSING, UTTERANCES, small_config, write_corpus
 
 from corpus_testing import timed_copy
+from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 from duet.gepard.checkpoint import load_gepard
 from duet.gepard.config import PRESETS, with_aligned_input
@@ -23,10 +24,9 @@ from duet.text.tokens import service_ids
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
+from duet.train.recipe import read_run_config
 from duet.train.recipes.gepard import (
     GepardTrainConfig,
-    config_from_json,
-    config_to_json,
     export_gepard,
     main,
     recipe,
@@ -55,7 +55,7 @@ def _data(corpus, split="train", **cfg) -> GepardData:
 def test_every_preset_has_a_recipe_that_round_trips_json(name):
     cfg = recipe(name, shards="codes", manifest="manifest.jsonl")
     assert cfg.model.name == name
-    assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
+    assert from_dict(GepardTrainConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
 
 
 def test_items_selection_and_text_normalisation(corpus):
@@ -199,7 +199,7 @@ def test_command_line_trains_gepard_tiny_and_exports(corpus, tmp_path, capsys):
             "--out", str(run), "--steps", "2", "--batch-frames", "200", "--accum", "2", "--lr", "1e-3",
             "--bf16", "--val-every", "0", "--bpe-vocab", "300", "--quiet"]
     assert main(argv) == 0
-    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    cfg = read_run_config(run, GepardTrainConfig)
     assert cfg.model.name == "gepard-tiny" and cfg.loop.max_steps == 2 and cfg.loop.accum_steps == 2
     assert cfg.loop.bf16 and cfg.loop.lr == 1e-3 and cfg.data.batch_frames == 200 and cfg.bpe_vocab == 300
     assert "step 2 (end)" in capsys.readouterr().out
@@ -244,7 +244,7 @@ def test_guided_attention_and_text_dropout_from_the_command_line(corpus, tmp_pat
             "--out", str(run), "--steps", "2", "--batch-frames", "200", "--val-every", "2", "--bpe-vocab", "300",
             "--guided-attention", "0.5", "--text-dropout", "0.1", "--quiet"]
     assert main(argv) == 0
-    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    cfg = read_run_config(run, GepardTrainConfig)
     assert cfg.guided.weight == 0.5 and cfg.guided.enabled
     assert cfg.model.text_dropout_prob == 0.1
     # the model's training settings are fixed per run
@@ -291,7 +291,7 @@ def train_on_timed_copy(corpus, tmp_path, *flags: str) -> Path:
 
 def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     run = train_on_timed_copy(corpus, tmp_path, "--aligned", "1")
-    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    cfg = read_run_config(run, GepardTrainConfig)
     assert cfg.model.aligned is not None and cfg.model.aligned.window == 1
     assert any("duration" in r for r in read_metrics(run / "metrics.jsonl"))
     assert main(["gepard-export", str(run), "--out", str(tmp_path / "export"), "--temperature", "0",
@@ -311,7 +311,7 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
 
 def test_attention_supervision_flag_trains_a_stock_model_on_the_timing(corpus, tmp_path):
     run = train_on_timed_copy(corpus, tmp_path, "--guided-attention", "2", "--guided-target", "aligned")
-    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    cfg = read_run_config(run, GepardTrainConfig)
     assert cfg.model.aligned is None  # the architecture stays stock
     assert (cfg.guided.target, cfg.guided.weight) == ("aligned", 2.0)
     logged = [r["guided"] for r in read_metrics(run / "metrics.jsonl") if "guided" in r]

@@ -16,6 +16,7 @@ from luna_train_testing import micro_configs
 
 from checkpoint_testing import write_tiny_rvq_codec
 from corpus_testing import HashCodec, write_corpus
+from duet.config_io import from_dict, to_dict
 from duet.data.token_rows import LunaDataConfig
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
@@ -25,10 +26,9 @@ from duet.luna.shipped import load_luna, load_luna_realtime, save_luna
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
+from duet.train.recipe import read_run_config
 from duet.train.recipes.luna_realtime import (
     RealtimeTrainConfig,
-    config_from_json,
-    config_to_json,
     export_luna_realtime,
     main,
     recipe,
@@ -68,7 +68,7 @@ def test_every_preset_has_a_recipe_that_round_trips_json(name):
     assert cfg.name == name and cfg.model.block_size == 32  # §2.6: 1.28 s blocks
     assert cfg.model.luna.backbone.vocab_size == cfg.duration.backbone.vocab_size
     assert cfg.objective.diffusion.text_drop_prob == 0.1  # CFG text dropout, as Luna's
-    assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
+    assert from_dict(RealtimeTrainConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
 
 
 def test_train_resume_export_load_and_stream(corpus, tmp_path):
@@ -162,7 +162,7 @@ def test_command_line_continues_a_shipped_luna_and_exports(corpus, tmp_path, cap
             "--out", str(run), "--block-size", "4", "--steps", "1", "--batch-frames", "120", "--max-batch", "4",
             "--val-every", "0", "--quiet"]
     assert main(argv) == 0
-    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    cfg = read_run_config(run, RealtimeTrainConfig)
     assert cfg.name == "luna-realtime-tiny" and cfg.model.block_size == 4  # default preset; the shipped Luna's shape
     assert cfg.model.luna == load_luna(shipped).bundle.acoustic.config and cfg.loop.max_steps == 1
     assert "step 1 (end)" in capsys.readouterr().out

@@ -11,6 +11,7 @@ import torch
 from luna_train_testing import K, Q, micro_configs, write_rvq_corpus
 
 from corpus_testing import MISSING, UTTERANCES, timed_copy
+from duet.config_io import from_dict, to_dict
 from duet.data.shards import CodeShards
 from duet.data.token_rows import LunaDataConfig, token_weights
 from duet.data.utterances import train_tokenizer
@@ -25,10 +26,9 @@ from duet.text.tokens import service_ids
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
+from duet.train.recipe import read_run_config
 from duet.train.recipes.luna import (
     LunaTrainConfig,
-    config_from_json,
-    config_to_json,
     export_luna,
     main,
     recipe,
@@ -58,7 +58,7 @@ def test_every_preset_has_a_recipe_that_round_trips_json(name):
     cfg = recipe(name, shards="codes", manifest="manifest.jsonl")
     assert cfg.name == name and cfg.model.backbone.vocab_size == cfg.duration.backbone.vocab_size
     assert cfg.diffusion.text_drop_prob == 0.1  # Luna §2.5: CFG text dropout
-    assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
+    assert from_dict(LunaTrainConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
     if name == "luna-tiny":  # duet's aids for the CPU model: the first codebook weighted up, heads tied to tables
         weights = cfg.diffusion.codebook_weights
         assert len(weights) == cfg.model.num_codebooks and weights[0] == max(weights) and cfg.model.tie_heads
@@ -213,7 +213,7 @@ def test_command_line_trains_luna_tiny_and_exports(corpus, tmp_path, capsys):
     assert main([*argv[:-1], "--codebook-weights", "4,2", "--quiet"]) == 2  # 2 weights for 8 codebooks
     assert "2 weights for 8 codebooks" in capsys.readouterr().err
     assert main([*argv, "--codebook-weights", "8,4,2,1,1,1,1,1", "--no-tie-heads"]) == 0  # flags beat the preset
-    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    cfg = read_run_config(run, LunaTrainConfig)
     assert cfg.name == "luna-tiny" and cfg.loop.max_steps == 1 and cfg.data.batch_frames == 120
     assert cfg.diffusion.codebook_weights == (8.0, 4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0) and not cfg.model.tie_heads
     assert "step 1 (end)" in capsys.readouterr().out
@@ -308,7 +308,7 @@ def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
                  str(root / "manifest.jsonl"), "--out", str(run), "--steps", "2", "--aligned", "1",
                  "--batch-frames", "200", "--val-every", "0", "--tokenizer", "train-phoneme-bpe", "--bpe-vocab",
                  "300", "--quiet"]) == 0
-    cfg = config_from_json(json.loads((run / "config.json").read_text()))
+    cfg = read_run_config(run, LunaTrainConfig)
     assert cfg.model.aligned_window == 1
     assert main(["luna", "--out", str(run), "--resume", "--aligned", "2", "--steps", "3", "--quiet"]) == 2
     assert main(["luna-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0

@@ -1,16 +1,21 @@
-"""What every family's training recipe (``duet.train.recipes``: ``gepard``, ``luna``) shares around the loop.
+"""What every family's training recipe (``duet.train.recipes``: ``gepard``, ``luna``, ``luna_realtime``) shares:
+one driver around the loop, one config file, one export skeleton, the shared flags.
 
-A recipe config is a frozen dataclass with at least ``shards`` (encoded codes), ``manifest`` (their corpus),
-``data`` (a data config with ``languages`` / ``normalize`` / ``batch_frames`` / ``max_batch_size`` / ``seed``),
-``loop`` (:class:`duet.train.loop.LoopConfig`) and ``bpe_vocab`` (where the recipe trains its tokenizer); this module
-holds the pieces that only touch those:
+A recipe config is a frozen dataclass with at least ``name`` (its preset), ``shards`` (encoded codes),
+``manifest`` (their corpus), ``data`` (a data config with ``languages`` / ``normalize`` / ``batch_frames`` /
+``max_batch_size`` / ``seed`` / ``val_items``), ``loop`` (:class:`duet.train.loop.LoopConfig`) and, where the
+recipe trains its tokenizer, ``bpe_vocab``; this module holds the pieces that only touch those:
 
+- :func:`read_run_config` / :func:`write_run_config`: a run's ``config.json`` (``duet.config_io``);
 - :func:`run_config`: the config a run uses (the saved one, merged, on a resume);
 - :func:`merge_resume`: on ``--resume`` the run's saved config wins; only the data paths and the loop fields that do
   not change the steps already taken (:data:`RESUMABLE_LOOP_FIELDS`) may differ;
 - :func:`prepare_tokenizer`: the run's own ``tokenizer.json`` (trained BPE, Qwen3's, or a copy);
-- :func:`export_source`: which checkpoint an export reads (best by validation loss, else latest) and its provenance;
-- :func:`add_recipe_arguments` / :func:`config_from_args`: the ``duet train FAMILY`` flags and their parsing.
+- :func:`run_recipe`: the driver (run guard, config, tokenizer, distributed set-up, data, seeding, loop); a recipe
+  hands it what is its own: the data class, the module to build, the objective;
+- :func:`load_run`: what an export reads (best checkpoint by validation loss, else latest), built and loaded;
+- :func:`add_train_parser` / :func:`config_from_args` / :func:`add_export_parser`: the ``duet train FAMILY`` and
+  ``FAMILY-export`` stages, their shared flags and the parsing of those.
 """
 
 from __future__ import annotations
@@ -20,15 +25,21 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from duet.config_io import from_dict, to_dict
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.text.phonemes import DEFAULT_VOICE
-from duet.train.checkpoint import latest_checkpoint, read_state
-from duet.train.loop import BEST, LoopResult
+from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
+from duet.train.loop import BEST, LoopResult, Objective, setup_distributed, train
 
 TRAIN_BPE = "train-bpe"
 TRAIN_PHONEME_BPE = "train-phoneme-bpe"  # the same BPE over espeak-ng's IPA of the texts (duet.text.phonemes)
@@ -40,6 +51,17 @@ RESUMABLE_LOOP_FIELDS = ("max_steps", "log_every", "val_every", "diag_every", "c
                          "checkpoint_minutes", "keep_checkpoints", "patience", "min_delta", "device")
 
 C = TypeVar("C")
+
+CONFIG = "config.json"  # the run's recipe config, written by rank 0 at every start; a resume reads it back
+
+
+def read_run_config(run_dir: str | Path, cls: type[C]) -> C:
+    """A run's ``config.json`` as the recipe config ``cls`` (OSError when there is none)."""
+    return from_dict(cls, json.loads((Path(run_dir) / CONFIG).read_text()))
+
+
+def write_run_config(run_dir: Path, cfg: Any) -> None:
+    (run_dir / CONFIG).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
 
 
 def merge_resume(saved: C, cfg: C | None) -> C:
@@ -60,12 +82,11 @@ def merge_resume(saved: C, cfg: C | None) -> C:
                    loop=replace(saved.loop, **{k: getattr(cfg.loop, k) for k in RESUMABLE_LOOP_FIELDS}))
 
 
-def run_config(run_dir: Path, cfg: C | None, resume: bool, from_json: Callable[[dict], C], family: str) -> C:
+def run_config(run_dir: Path, cfg: C | None, resume: bool, cls: type[C], family: str) -> C:
     """The config a ``train_FAMILY`` call runs with: on a resume the run's saved ``config.json`` merged with
     ``cfg`` (:func:`merge_resume`), else ``cfg``; a DuetError when there is none or it lacks its data paths."""
-    saved = run_dir / "config.json"
-    if resume and saved.is_file():
-        cfg = merge_resume(from_json(json.loads(saved.read_text())), cfg)
+    if resume and (run_dir / CONFIG).is_file():
+        cfg = merge_resume(read_run_config(run_dir, cls), cfg)
     if cfg is None:
         raise DuetError("no config: give --preset, or --resume a run directory that has config.json")
     if not cfg.shards or not cfg.manifest:
@@ -99,12 +120,82 @@ def prepare_tokenizer(spec: str | None, run_dir: Path, cfg: Any, resume: bool) -
     return target
 
 
-def export_source(run_dir: Path, checkpoint: str | Path | None, best: bool) -> tuple[Path, dict[str, Any],
-                                                                                        dict[str, Any]]:
-    """-> (checkpoint directory, shipped ``info``, the run's ``extra`` state (codec, counters)).
+def run_recipe(cfg: Any, run_dir: Path, *, model: Any, data: Any, build: Callable[[], nn.Module],
+               objective: Objective, tokenizer: str | None, init_from: str | Path | None, resume: bool,
+               stop_at_step: int | None, max_minutes: float | None, threads: int | None, progress: bool,
+               data_options: Callable[[Path], dict[str, Any]] | None = None) -> LoopResult:
+    """What every recipe does around the shared loop.
 
-    By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
+    ``cfg`` is the recipe's config, already merged on a resume (:func:`run_config`). Writes ``config.json`` and the
+    run's tokenizer (rank 0; ``tokenizer`` as in :func:`prepare_tokenizer`), loads the train and val splits with
+    ``data.from_shards`` (``GepardData``, ``LunaData``) for ``model`` (the config whose codebooks, positions and text
+    vocabulary the data must fit), with the keywords ``data_options(tokenizer.json)`` adds, seeds, calls ``build()``
+    for the module to train (fresh or warm-started; a resume overwrites it from the checkpoint) and runs the loop
+    with ``objective``. ``init_from``: the shipped model the module was warm-started from (None: not), kept with
+    the codec and corpus facts in every checkpoint's state.
     """
+    from duet.data.shards import CodeShards
+    from duet.text import get_tokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    env = setup_distributed(cfg.loop.device)
+    try:
+        if not resume and latest_checkpoint(run_dir) is not None:  # every rank sees it: none waits for another
+            raise DuetError(f"{run_dir} already holds a run; --resume it or choose another --out")
+        if env.is_main:  # one writer; the other ranks wait at the barrier below
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_run_config(run_dir, cfg)
+            prepare_tokenizer(tokenizer, run_dir, cfg, resume)
+        if env.distributed:
+            dist.barrier()
+        tok = get_tokenizer(run_dir / "tokenizer.json")
+        if len(tok) > model.backbone.vocab_size:
+            raise DuetError(f"the tokenizer has {len(tok)} ids but {cfg.name}'s text embedding only "
+                            f"{model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
+        options = data_options(run_dir / "tokenizer.json") if data_options else {}
+        train_data = data.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=model, **options)
+        val, val_rows = None, 0
+        if cfg.data.val_items and cfg.loop.val_every:
+            try:
+                val_data = data.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=model,
+                                            limit=cfg.data.val_items, **options)
+                val, val_rows = val_data.batches(), len(val_data)
+            except DuetError:  # a corpus without a val split: train without validation
+                val = None
+        if env.is_main:
+            print(f"train: {train_data.summary()}; val: {val_rows} utterances", file=sys.stderr)
+        torch.manual_seed(cfg.loop.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+        module = build()
+        shards = CodeShards(cfg.shards)
+        extra = {"recipe": objective.name, "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
+                 "train_utterances": len(train_data), "train_frames": train_data.frames,
+                 "init_from": str(init_from) if init_from is not None else None}
+        return train(module, objective, train_data, cfg.loop, run_dir, val_batches=val, resume=resume,
+                     stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
+                     title=f"{cfg.name} ({run_dir.name})")
+    finally:
+        if env.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A run's checkpoint, ready to be written as a shipped model."""
+
+    config: Any  # the run's recipe config
+    module: nn.Module  # built from it, the checkpoint's weights loaded, in eval mode
+    tokenizer: Path  # the run's tokenizer.json
+    codec: dict[str, Any] | None  # the codec the run's shards were encoded with
+    info: dict[str, Any]  # provenance for the shipped config: run, checkpoint, step, val loss, hours, utterances
+    state: dict[str, Any]  # the run's latest ``extra`` state (counters, ``init_from``)
+
+
+def load_run(run_dir: str | Path, cls: type[C], build: Callable[[C], nn.Module], family: str,
+             checkpoint: str | Path | None = None, best: bool = True) -> TrainedRun:
+    """What an export reads: by default the best checkpoint by validation loss (``best/``), else the latest;
+    ``checkpoint`` picks one. ``build(config)`` makes the module its weights load into (strictly)."""
+    run_dir = Path(run_dir)
     if checkpoint is not None:
         ckpt = Path(checkpoint)
     else:
@@ -123,17 +214,38 @@ def export_source(run_dir: Path, checkpoint: str | Path | None, best: bool) -> t
             "val_loss": extra.get("val_loss", run_state.get("best_val")),
             "train_hours": round(run_state.get("train_seconds", 0.0) / 3600, 3),
             "train_utterances": run_state.get("train_utterances")}
-    return ckpt, info, run_state
+    try:
+        cfg = read_run_config(run_dir, cls)
+    except OSError as err:
+        raise DuetError(f"{run_dir} is not a {family} run directory (no config.json)") from err
+    module = build(cfg)
+    module.load_state_dict(load_weights(ckpt, "model"), strict=True)
+    return TrainedRun(config=cfg, module=module.eval(), tokenizer=run_dir / "tokenizer.json",
+                      codec=run_state.get("codec"), info=info, state=run_state)
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
+def add_train_parser(subparsers: Any, name: str, help: str, presets: list[str], out_example: str,
+                     train_fn: Callable[..., LoopResult], config_fn: Callable[[argparse.Namespace], Any], *,
+                     tokenizer: bool = True, preset_help: str | None = None,
+                     init_from_help: str | None = None) -> argparse.ArgumentParser:
+    """``duet train NAME`` with the flags every recipe takes; its action is :func:`run_train` over ``train_fn`` and
+    ``config_fn`` (flags -> the recipe's config). Returns the sub-parser, for the family's own flags.
+    ``tokenizer=False`` leaves out ``--tokenizer`` / ``--bpe-vocab`` for a stage whose tokenizer comes with
+    ``--init-from``."""
+    p = subparsers.add_parser(name, help=help)
+    add_recipe_arguments(p, presets, out_example, tokenizer=tokenizer, preset_help=preset_help,
+                         init_from_help=init_from_help)
+    p.set_defaults(func=partial(run_train, train_fn, config_fn, tokenizer))
+    return p
+
+
 def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_example: str, *,
                          tokenizer: bool = True, preset_help: str | None = None,
                          init_from_help: str | None = None) -> None:
-    """The flags every ``duet train FAMILY`` stage takes (a family adds its own after these). ``tokenizer=False``
-    leaves out ``--tokenizer`` / ``--bpe-vocab`` for a stage whose tokenizer comes with ``--init-from``."""
+    """The flags every ``duet train FAMILY`` stage takes (a family adds its own after these)."""
     p.add_argument("--preset", choices=presets, default=None,
                    help=preset_help or "model + recipe (omit with --resume)")
     p.add_argument("--shards", default=None, help="encoded codes directory (duet data encode --out)")
@@ -166,17 +278,15 @@ def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_exa
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], from_json: Callable[[dict], C],
-                     presets_hint: str) -> C:
+def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], cls: type[C], presets_hint: str) -> C:
     """The shared flags -> a recipe config: ``recipe(preset, shards=, manifest=)`` or, on a resume without
-    ``--preset``, the run's saved config (``from_json``), with the given overrides applied."""
+    ``--preset``, the run's saved config (a ``cls``), with the given overrides applied."""
     if args.preset is None:
         if not args.resume:
             raise DuetError(f"give --preset ({presets_hint}), or --resume an existing run")
-        saved = Path(args.out) / "config.json"
-        if not saved.is_file():
+        if not (Path(args.out) / CONFIG).is_file():
             raise DuetError(f"cannot resume {args.out}: it has no config.json")
-        cfg = from_json(json.loads(saved.read_text()))
+        cfg = read_run_config(args.out, cls)
     else:
         if not args.shards:
             raise DuetError("--shards is required (the output of duet data encode)")
@@ -213,9 +323,12 @@ def summary_line(result: LoopResult) -> str:
             f"{result.skipped_steps} skipped steps")
 
 
-def run_train(train_fn: Callable[..., LoopResult], cfg: Any, args: argparse.Namespace, **options: Any) -> int:
-    """``duet train FAMILY``'s action: ``train_fn(cfg, --out, ...)`` with the shared flags, then one summary line
-    (rank 0 only under torchrun). ``options``: the family's own keywords (e.g. ``tokenizer``)."""
+def run_train(train_fn: Callable[..., LoopResult], config_fn: Callable[[argparse.Namespace], Any], tokenizer: bool,
+              args: argparse.Namespace) -> int:
+    """``duet train FAMILY``'s action: ``train_fn(config_fn(args), --out, ...)`` with the shared flags (and
+    ``--tokenizer`` where the stage has it), then one summary line (rank 0 only under torchrun)."""
+    cfg = config_fn(args)
+    options = {"tokenizer": args.tokenizer} if tokenizer else {}
     result = train_fn(cfg, args.out, resume=args.resume, stop_at_step=args.stop_at, max_minutes=args.minutes,
                       threads=args.threads, progress=not args.quiet, init_from=args.init_from, **options)
     if int(os.environ.get("RANK", "0")) == 0:
@@ -223,27 +336,30 @@ def run_train(train_fn: Callable[..., LoopResult], cfg: Any, args: argparse.Name
     return 0
 
 
-def add_export_parser(subparsers: Any, name: str, help: str, out_example: str,
-                      func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-    """``duet train NAME RUN --out DIR [--checkpoint C] [--latest]``: a run written as a shipped model; returns the
-    sub-parser, for a family's own export flags."""
+def add_export_parser(subparsers: Any, name: str, help: str, out_example: str, export_fn: Callable[..., Path],
+                      options: Callable[[argparse.Namespace], dict[str, Any]] | None = None) -> argparse.ArgumentParser:
+    """``duet train NAME RUN --out DIR [--checkpoint C] [--latest]``: a run written as a shipped model by
+    ``export_fn(run_dir, out_dir, checkpoint, best=)``, with the keywords ``options(args)`` adds (a family's own
+    export flags, which it adds to the returned sub-parser)."""
     e = subparsers.add_parser(name, help=help)
     e.add_argument("run_dir")
     e.add_argument("--out", required=True, help=f"e.g. {out_example}")
     e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
     e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
-    e.set_defaults(func=func)
+    e.set_defaults(func=partial(run_export, export_fn, options))
     return e
 
 
-def run_export(export_fn: Callable[..., Path], args: argparse.Namespace) -> int:
+def run_export(export_fn: Callable[..., Path], options: Callable[[argparse.Namespace], dict[str, Any]] | None,
+               args: argparse.Namespace) -> int:
     """``duet train FAMILY-export RUN --out DIR [--checkpoint C] [--latest]``'s action."""
-    path = export_fn(args.run_dir, args.out, args.checkpoint, best=not args.latest)
+    more = options(args) if options else {}
+    path = export_fn(args.run_dir, args.out, args.checkpoint, best=not args.latest, **more)
     print(f"exported {args.run_dir} -> {path}")
     return 0
 
 
-def stage_main(add_parsers: Callable[[Any], None], argv: list[str] | None) -> int:
+def stage_main(add_parsers: Callable[[Any], None], argv: list[str] | None = None) -> int:
     """``python -m duet.FAMILY.train ...`` (what torchrun launches): the family's ``duet train`` stages alone."""
     parser = argparse.ArgumentParser(prog="duet train")
     sub = parser.add_subparsers(dest="train_command", metavar="STAGE")

@@ -9,8 +9,9 @@
 The pieces: ``duet.gepard.data`` (shards + manifest text -> length-bucketed ``GepardBatch``es, short-register
 repetition), ``duet.train.objectives.gepard`` (the model's loss, split LRs x0.2 / x0.5, effective ranks),
 ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard, accumulation, checkpoints,
-exact resume, DDP, metrics and plots), ``duet.train.recipe`` (resume merging, the run's tokenizer, export source,
-the shared flags; also Luna's). This file only parses flags and wires them.
+exact resume, DDP, metrics and plots), ``duet.train.recipe`` (the driver every recipe shares: run directory,
+resume merging, the run's tokenizer, data, seeding, loop; the export skeleton; the shared flags). This file holds
+the config, the presets and the flags, and hands the driver what is Gepard's own.
 
 Run directory (``--out``): ``config.json`` (the :class:`GepardTrainConfig`; a resumed run keeps it),
 ``tokenizer.json`` (the run's own copy, trained here with ``--tokenizer train-bpe``), and the loop's
@@ -24,17 +25,11 @@ service tokens = 2198 ids <= gepard-tiny's 2304 rows) on the normalised training
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
-from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 from duet.gepard.alignment import GuidedAttentionConfig
 from duet.gepard.checkpoint import save_gepard
@@ -42,20 +37,9 @@ from duet.gepard.config import PRESETS, GepardConfig, preset, with_aligned_input
 from duet.gepard.data import GepardData, GepardDataConfig
 from duet.gepard.generate import SamplingConfig
 from duet.gepard.model import GepardModel
-from duet.train.checkpoint import latest_checkpoint, load_weights
-from duet.train.loop import LoopConfig, LoopResult, setup_distributed, train
+from duet.train import recipe as driver
+from duet.train.loop import LoopConfig, LoopResult
 from duet.train.objectives.gepard import GepardPretrain
-from duet.train.recipe import (
-    add_export_parser,
-    add_recipe_arguments,
-    export_source,
-    merge_resume,
-    prepare_tokenizer,
-    run_export,
-    run_train,
-    stage_main,
-)
-from duet.train.recipe import config_from_args as recipe_config_from_args
 
 
 @dataclass(frozen=True)
@@ -67,6 +51,11 @@ class GepardTrainConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     bpe_vocab: int = 2048  # with --tokenizer train-bpe
     guided: GuidedAttentionConfig = field(default_factory=GuidedAttentionConfig)  # off unless weight > 0
+
+    @property
+    def name(self) -> str:
+        """The model preset (gepard-tiny, gepard-500m): Gepard's recipe presets are its model presets."""
+        return self.model.name
 
 
 def recipe(name: str, shards: str = "", manifest: str = "") -> GepardTrainConfig:
@@ -87,14 +76,6 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> GepardTrainConfig
     return GepardTrainConfig(model=model, shards=shards, manifest=manifest, data=data, loop=loop)
 
 
-def config_to_json(cfg: GepardTrainConfig) -> dict[str, Any]:
-    return to_dict(cfg)
-
-
-def config_from_json(data: dict[str, Any]) -> GepardTrainConfig:
-    return from_dict(GepardTrainConfig, data)
-
-
 def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenizer: str | None = None,
                  resume: bool = False, stop_at_step: int | None = None, max_minutes: float | None = None,
                  threads: int | None = None, progress: bool = True,
@@ -104,17 +85,8 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
     ``init_from`` (a shipped model name or directory) warm-starts a new run from its fp16 weights and tokenizer,
     with fresh optimizer state: how training continues on another machine, where only the export travels.
     """
-    from duet.text import get_tokenizer
-
     run_dir = Path(run_dir)
-    if resume and (run_dir / "config.json").is_file():
-        cfg = merge_resume(config_from_json(json.loads((run_dir / "config.json").read_text())), cfg)
-    if cfg is None:
-        raise DuetError("no config: give --preset, or --resume a run directory that has config.json")
-    if not cfg.shards or not cfg.manifest:
-        raise DuetError("Gepard training needs --shards (encoded codes) and --manifest (their corpus)")
-    if threads:
-        torch.set_num_threads(threads)
+    cfg = driver.run_config(run_dir, cfg, resume, GepardTrainConfig, "Gepard")
     shipped = None
     if init_from is not None and not resume:
         from duet.gepard.checkpoint import load_gepard
@@ -125,33 +97,8 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
             raise DuetError(f"{init_from} is a different model ({shipped.model.config.name}) than the run's "
                             f"{cfg.model.name}; cannot warm-start")
         tokenizer = str(shipped.path / "tokenizer.json")
-    env = setup_distributed(cfg.loop.device)
-    try:
-        if not resume and latest_checkpoint(run_dir) is not None:  # every rank sees it: none waits for another
-            raise DuetError(f"{run_dir} already holds a run; --resume it or choose another --out")
-        if env.is_main:  # one writer; the other ranks wait at the barrier below
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
-            prepare_tokenizer(tokenizer, run_dir, cfg, resume)
-        if env.distributed:
-            dist.barrier()
-        tok = get_tokenizer(run_dir / "tokenizer.json")
-        if len(tok) > cfg.model.backbone.vocab_size:
-            raise DuetError(f"the tokenizer has {len(tok)} ids but {cfg.model.name}'s text embedding only "
-                            f"{cfg.model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
-        timed = cfg.model.aligned is not None or (cfg.guided.enabled and cfg.guided.target == "aligned")
-        data = GepardData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=cfg.model, timed=timed)
-        val = None
-        if cfg.data.val_items and cfg.loop.val_every:
-            try:
-                val = GepardData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=cfg.model,
-                                             limit=cfg.data.val_items, timed=timed).batches()
-            except DuetError:  # a corpus without a val split: train without validation
-                val = None
-        if env.is_main:
-            print(f"train: {data.summary()}; val: {sum(b.text_ids.shape[0] for b in val) if val else 0} "
-                  f"utterances", file=sys.stderr)
-        torch.manual_seed(cfg.loop.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+
+    def build() -> GepardModel:
         model = GepardModel(cfg.model)
         if shipped is not None:
             model.load_state_dict(shipped.model.state_dict())
@@ -162,18 +109,14 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
                                 f"not fit {cfg.model.name} ({cfg.model.backbone.num_layers} layers, "
                                 f"{cfg.model.backbone.num_heads} heads)")
             model.model.set_attn_implementation("eager")  # the weights are read (duet.gepard.alignment)
-        from duet.data.shards import CodeShards
+        return model
 
-        shards = CodeShards(cfg.shards)
-        extra = {"recipe": "gepard-pretrain", "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
-                 "train_utterances": len(data), "train_frames": data.frames,
-                 "init_from": str(init_from) if shipped is not None else None}
-        return train(model, GepardPretrain(guided=cfg.guided), data, cfg.loop, run_dir, val_batches=val, resume=resume,
-                     stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
-                     title=f"{cfg.model.name} ({run_dir.name})")
-    finally:
-        if env.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
+    timed = cfg.model.aligned is not None or (cfg.guided.enabled and cfg.guided.target == "aligned")
+    return driver.run_recipe(cfg, run_dir, model=cfg.model, data=GepardData, data_options=lambda _: {"timed": timed},
+                             build=build, objective=GepardPretrain(guided=cfg.guided), tokenizer=tokenizer,
+                             init_from=None if resume else init_from, resume=resume,
+                             stop_at_step=stop_at_step, max_minutes=max_minutes, threads=threads,
+                             progress=progress)
 
 
 def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
@@ -182,16 +125,8 @@ def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pa
 
     By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
     """
-    run_dir = Path(run_dir)
-    ckpt, info, run_state = export_source(run_dir, checkpoint, best)
-    try:
-        cfg = config_from_json(json.loads((run_dir / "config.json").read_text()))
-    except OSError as err:
-        raise DuetError(f"{run_dir} is not a Gepard run directory (no config.json)") from err
-    model = GepardModel(cfg.model)
-    model.load_state_dict(load_weights(ckpt, "model"), strict=True)
-    return save_gepard(model.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"), info=info,
-                       sampling=sampling)
+    run = driver.load_run(run_dir, GepardTrainConfig, lambda cfg: GepardModel(cfg.model), "Gepard", checkpoint, best)
+    return save_gepard(run.module, run.tokenizer, out_dir, codec=run.codec, info=run.info, sampling=sampling)
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
@@ -199,8 +134,8 @@ def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pa
 
 def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``gepard`` and ``gepard-export`` to the ``duet train`` sub-commands."""
-    p = subparsers.add_parser("gepard", help="pretrain a Gepard model on encoded codes (DDP under torchrun)")
-    add_recipe_arguments(p, sorted(PRESETS), "runs/gepard-tiny")
+    p = driver.add_train_parser(subparsers, "gepard", "pretrain a Gepard model on encoded codes (DDP under torchrun)",
+                                sorted(PRESETS), "runs/gepard-tiny", train_gepard, config_from_args)
     p.add_argument("--no-augment", action="store_true", default=None, help="no short-register text repetition")
     p.add_argument("--guided-attention", type=float, default=None, metavar="WEIGHT",
                    help="weight of the guided-attention loss on a few heads (duet.gepard.alignment; 0 = off)")
@@ -213,10 +148,9 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--aligned", type=int, default=None, metavar="WINDOW",
                    help="aligned text input with WINDOW tokens either side and a duration predictor "
                         "(duet.gepard.aligned; reads the corpus's timing files; a divergence from the report)")
-    p.set_defaults(func=_run_train)
 
-    e = add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 safetensors)",
-                          "checkpoints/gepard-tiny", _run_export)
+    e = driver.add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 "
+                                 "safetensors)", "checkpoints/gepard-tiny", export_gepard, _sampling)
     e.add_argument("--temperature", type=float, default=None,
                    help="the sampling temperature duet speak and duet serve use for this model by default (0: greedy)")
     e.add_argument("--top-k", type=int, default=None, help="their default top-k for this model (0: off)")
@@ -224,7 +158,7 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
     """Flags -> GepardTrainConfig (on a resume without --preset: the run's config, with the given overrides)."""
-    cfg = recipe_config_from_args(args, recipe, config_from_json, "gepard-tiny, gepard-500m")
+    cfg = driver.config_from_args(args, recipe, GepardTrainConfig, "gepard-tiny, gepard-500m")
     if args.no_augment:
         cfg = replace(cfg, data=replace(cfg.data, augment=False))
     if args.guided_attention is not None:
@@ -238,22 +172,18 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
     return cfg
 
 
-def _run_train(args: argparse.Namespace) -> int:
-    return run_train(train_gepard, config_from_args(args), args, tokenizer=args.tokenizer)
-
-
-def _run_export(args: argparse.Namespace) -> int:
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """``gepard-export``'s own flags -> ``export_gepard``'s ``sampling``: the defaults a shipped model carries."""
     if args.temperature is not None:
         SamplingConfig(temperature=args.temperature)  # the same checks as at inference: one clear line if bad
     if args.top_k is not None:
         SamplingConfig(top_k=args.top_k)
-    sampling = {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k)) if v is not None}
-    return run_export(partial(export_gepard, sampling=sampling), args)
+    return {"sampling": {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k)) if v is not None}}
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.train.recipes.gepard gepard ...`` (what torchrun launches)."""
-    return stage_main(add_train_gepard_parser, argv)
+    return driver.stage_main(add_train_gepard_parser, argv)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ The pieces: ``duet.luna.data`` (shards + manifest text -> length-bucketed ``Luna
 ``duet.luna.bundle`` (the acoustic model and the duration predictor, trained side by side),
 ``duet.train.objectives.luna`` (masked-diffusion loss with 1/t weighting, text dropout 0.1 for CFG, prompt splits,
 the predictor's bin cross-entropy), ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard,
-accumulation, checkpoints, exact resume, DDP, metrics and plots), ``duet.train.recipe`` (what Gepard's recipe
-shares). This file parses flags and wires them; :func:`run_luna_recipe` is the part around the loop that
-``duet.train.recipes.luna_realtime`` (Luna-TTS Realtime's continual training) shares.
+accumulation, checkpoints, exact resume, DDP, metrics and plots), ``duet.train.recipe`` (the driver every recipe
+shares: run directory, resume merging, the run's tokenizer, data, seeding, loop; the export skeleton; the shared
+flags). This file holds the config, the presets and the flags, and hands the driver what is Luna's own
+(:func:`luna_data_options` is also Luna-TTS Realtime's, ``duet.train.recipes.luna_realtime``).
 
 Duration predictor supervision: forced alignments (``duet data align --tokenizer RUN_OR_MODEL ... --out FILE``,
 then ``--alignments FILE``; ``duet.data.align``), or without them the character-proportional spread
@@ -31,17 +32,11 @@ Not wired here: initialising luna-0.6b's backbones from a local Qwen3-0.6B check
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-import torch.distributed as dist
-from torch import nn
-
-from duet.config_io import from_dict, to_dict
 from duet.data.token_rows import LunaDataConfig
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
@@ -50,20 +45,9 @@ from duet.luna.data import LunaData
 from duet.luna.diffusion import DiffusionConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.shipped import load_luna, save_luna
-from duet.train.checkpoint import latest_checkpoint, load_weights
-from duet.train.loop import LoopConfig, LoopResult, Objective, setup_distributed, train
+from duet.train import recipe as driver
+from duet.train.loop import LoopConfig, LoopResult
 from duet.train.objectives.luna import LunaDiffusion
-from duet.train.recipe import (
-    add_export_parser,
-    add_recipe_arguments,
-    export_source,
-    prepare_tokenizer,
-    run_config,
-    run_export,
-    run_train,
-    stage_main,
-)
-from duet.train.recipe import config_from_args as recipe_config_from_args
 
 
 @dataclass(frozen=True)
@@ -105,12 +89,18 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> LunaTrainConfig:
                            loop=loop, diffusion=diffusion)
 
 
-def config_to_json(cfg: LunaTrainConfig) -> dict[str, Any]:
-    return to_dict(cfg)
+def luna_data_options(data: LunaDataConfig) -> Callable[[Path], dict[str, Any]]:
+    """``LunaData.from_shards``'s own keywords for the driver: the duration targets of ``data.alignments`` (made
+    with the run's tokenizer), read once the run's tokenizer is in place."""
 
+    def options(tokenizer: Path) -> dict[str, Any]:
+        if not data.alignments:
+            return {"alignments": None}
+        from duet.data.align import read_alignments
 
-def config_from_json(data: dict[str, Any]) -> LunaTrainConfig:
-    return from_dict(LunaTrainConfig, data)
+        return {"alignments": read_alignments(data.alignments, tokenizer)}
+
+    return options
 
 
 def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: str | None = None,
@@ -124,9 +114,7 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
     where only the export travels.
     """
     run_dir = Path(run_dir)
-    cfg = run_config(run_dir, cfg, resume, config_from_json, "Luna")
-    if threads:
-        torch.set_num_threads(threads)
+    cfg = driver.run_config(run_dir, cfg, resume, LunaTrainConfig, "Luna")
     shipped = None
     if init_from is not None and not resume:
         from duet.shipped import resolve_model
@@ -145,66 +133,11 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
         return bundle
 
     objective = LunaDiffusion(cfg.diffusion, cfg.duration_weight, duration_only=cfg.duration_only)
-    return run_luna_recipe(cfg, run_dir, cfg.model, build, objective,
-                           tokenizer=tokenizer, resume=resume, stop_at_step=stop_at_step, max_minutes=max_minutes,
-                           progress=progress, extra={"init_from": str(init_from) if shipped is not None else None})
-
-
-def run_luna_recipe(cfg: Any, run_dir: Path, model: LunaConfig, build: Callable[[], nn.Module],
-                    objective: Objective, *, tokenizer: str | None, resume: bool, stop_at_step: int | None,
-                    max_minutes: float | None, progress: bool, extra: dict[str, Any]) -> LoopResult:
-    """What every Luna recipe (this one, ``duet.train.recipes.luna_realtime``) does around the shared loop.
-
-    ``cfg`` is the recipe's config (``name``, ``shards``, ``manifest``, ``data``, ``loop``; ``bpe_vocab`` when the
-    tokenizer is trained), already merged on a resume. Writes ``config.json`` and the run's tokenizer (rank 0),
-    loads the train and val splits for ``model`` (its codebooks, positions and text vocabulary), seeds, calls
-    ``build()`` for the module to train (fresh or warm-started; a resume overwrites it from the checkpoint) and runs
-    the loop. ``extra`` joins the codec and corpus facts in every checkpoint's state.
-    """
-    from duet.data.shards import CodeShards
-    from duet.text import get_tokenizer
-
-    env = setup_distributed(cfg.loop.device)
-    try:
-        if not resume and latest_checkpoint(run_dir) is not None:  # every rank sees it: none waits for another
-            raise DuetError(f"{run_dir} already holds a run; --resume it or choose another --out")
-        if env.is_main:  # one writer; the other ranks wait at the barrier below
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
-            prepare_tokenizer(tokenizer, run_dir, cfg, resume)
-        if env.distributed:
-            dist.barrier()
-        tok = get_tokenizer(run_dir / "tokenizer.json")
-        if len(tok) > model.backbone.vocab_size:
-            raise DuetError(f"the tokenizer has {len(tok)} ids but {cfg.name}'s text embedding only "
-                            f"{model.backbone.vocab_size} rows; train a smaller BPE (--bpe-vocab)")
-        aligned = None
-        if cfg.data.alignments:
-            from duet.data.align import read_alignments
-
-            aligned = read_alignments(cfg.data.alignments, run_dir / "tokenizer.json")
-        data = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "train", model=model, alignments=aligned)
-        val = None
-        if cfg.data.val_items and cfg.loop.val_every:
-            try:
-                val = LunaData.from_shards(cfg.shards, cfg.manifest, tok, cfg.data, "val", model=model,
-                                           limit=cfg.data.val_items, alignments=aligned).batches()
-            except DuetError:  # a corpus without a val split: train without validation
-                val = None
-        if env.is_main:
-            rows = sum(b.inputs.batch_size for b in val) if val else 0
-            print(f"train: {data.summary()}; val: {rows} utterances", file=sys.stderr)
-        torch.manual_seed(cfg.loop.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-        module = build()
-        shards = CodeShards(cfg.shards)
-        extra = {"recipe": objective.name, "codec": {"name": shards.codec, "frame_rate": shards.frame_rate},
-                 "train_utterances": len(data), "train_frames": data.frames, **extra}
-        return train(module, objective, data, cfg.loop, run_dir, val_batches=val, resume=resume,
-                     stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
-                     title=f"{cfg.name} ({run_dir.name})")
-    finally:
-        if env.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
+    return driver.run_recipe(cfg, run_dir, model=cfg.model, data=LunaData, data_options=luna_data_options(cfg.data),
+                             build=build, objective=objective, tokenizer=tokenizer,
+                             init_from=None if resume else init_from, resume=resume,
+                             stop_at_step=stop_at_step, max_minutes=max_minutes, threads=threads,
+                             progress=progress)
 
 
 def export_luna(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
@@ -214,16 +147,9 @@ def export_luna(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path
     By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
     Load it with ``duet.luna.shipped.load_luna`` (the model) or ``duet.load`` (a speaker).
     """
-    run_dir = Path(run_dir)
-    ckpt, info, run_state = export_source(run_dir, checkpoint, best)
-    try:
-        cfg = config_from_json(json.loads((run_dir / "config.json").read_text()))
-    except OSError as err:
-        raise DuetError(f"{run_dir} is not a Luna run directory (no config.json)") from err
-    bundle = LunaBundle(cfg.model, cfg.duration)
-    bundle.load_state_dict(load_weights(ckpt, "model"), strict=True)
-    return save_luna(bundle.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"),
-                     info={"preset": cfg.name, **info})
+    run = driver.load_run(run_dir, LunaTrainConfig, lambda cfg: LunaBundle(cfg.model, cfg.duration), "Luna",
+                          checkpoint, best)
+    return save_luna(run.module, run.tokenizer, out_dir, codec=run.codec, info={"preset": run.config.name, **run.info})
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
@@ -231,8 +157,8 @@ def export_luna(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path
 
 def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``luna`` and ``luna-export`` to the ``duet train`` sub-commands."""
-    p = subparsers.add_parser("luna", help="train a Luna-TTS model and its duration predictor on encoded RVQ codes")
-    add_recipe_arguments(p, sorted(PRESETS), "runs/luna-tiny")
+    p = driver.add_train_parser(subparsers, "luna", "train a Luna-TTS model and its duration predictor on encoded "
+                                "RVQ codes", sorted(PRESETS), "runs/luna-tiny", train_luna, config_from_args)
     p.add_argument("--codebook-weights", type=_weights, default=None, metavar="W0,W1,...",
                    help="per-codebook loss weights, one per codebook, normalised to mean 1 (duet.luna.diffusion; "
                         "default: the preset's)")
@@ -247,15 +173,14 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
                         "character spread)")
     p.add_argument("--duration-only", action="store_true", default=None,
                    help="train the duration predictor alone (with --init-from: retrain a shipped model's predictor)")
-    p.set_defaults(func=_run_train)
 
-    add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
-                      "checkpoints/luna-tiny", _run_export)
+    driver.add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
+                             "checkpoints/luna-tiny", export_luna)
 
 
 def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
     """Flags -> LunaTrainConfig (on a resume without --preset: the run's config, with the given overrides)."""
-    cfg = recipe_config_from_args(args, recipe, config_from_json, ", ".join(PRESETS))
+    cfg = driver.config_from_args(args, recipe, LunaTrainConfig, ", ".join(PRESETS))
     if args.codebook_weights is not None:
         if len(args.codebook_weights) != cfg.model.num_codebooks:
             raise DuetError(f"--codebook-weights gives {len(args.codebook_weights)} weights for "
@@ -286,17 +211,9 @@ def _weights(text: str) -> tuple[float, ...]:
     return weights
 
 
-def _run_train(args: argparse.Namespace) -> int:
-    return run_train(train_luna, config_from_args(args), args, tokenizer=args.tokenizer)
-
-
-def _run_export(args: argparse.Namespace) -> int:
-    return run_export(export_luna, args)
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.train.recipes.luna luna ...`` (what torchrun launches)."""
-    return stage_main(add_train_luna_parser, argv)
+    return driver.stage_main(add_train_luna_parser, argv)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ independent noise level per block). Here:
   serving bound. The model's shape is the shipped Luna's; ``--preset`` (default ``luna-realtime-tiny``) picks the
   training settings and the block size (``--block-size`` overrides it).
 - the loss is ``duet.luna.realtime_loss.realtime_training_loss`` through ``duet.train.objectives.luna.
-  LunaRealtimeDiffusion``; the data (``duet.luna.data``), run directory, tokenizer handling and loop are the Luna
-  recipe's (``duet.train.recipes.luna.run_luna_recipe``), so checkpoints and exact resume work as there.
+  LunaRealtimeDiffusion``; the data (``duet.luna.data``) is the Luna recipe's, and the run directory, tokenizer
+  handling and loop every recipe's (``duet.train.recipe.run_recipe``), so checkpoints and exact resume work as there.
 
 Batch sizes: ``batch_frames`` counts text + audio positions per row as in Luna, but a Realtime row runs
 S + 2 N B_k positions (the noisy and the clean stream, N = floor(T / B_k) + 1 blocks), about twice as many, hence the
@@ -33,31 +33,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from duet.config_io import from_dict, to_dict
 from duet.data.token_rows import LunaDataConfig
 from duet.errors import DuetError
 from duet.luna.bundle import RealtimeBundle
 from duet.luna.config import LunaConfig
+from duet.luna.data import LunaData
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.realtime import PRESETS, RealtimeConfig, realtime_preset
 from duet.luna.realtime_loss import RealtimeObjective
 from duet.luna.shipped import load_luna, save_luna_realtime
-from duet.train.checkpoint import latest_checkpoint, load_weights
+from duet.train import recipe as driver
+from duet.train.checkpoint import latest_checkpoint
 from duet.train.loop import LoopConfig, LoopResult
 from duet.train.objectives.luna import LunaRealtimeDiffusion
-from duet.train.recipe import (
-    add_export_parser,
-    add_recipe_arguments,
-    export_source,
-    run_config,
-    run_export,
-    run_train,
-    stage_main,
-)
-from duet.train.recipe import config_from_args as recipe_config_from_args
-from duet.train.recipes.luna import run_luna_recipe
+from duet.train.recipes.luna import luna_data_options
 
 DEFAULT_PRESET = "luna-realtime-tiny"
 
@@ -97,14 +86,6 @@ def recipe(name: str, shards: str = "", manifest: str = "", model: RealtimeConfi
                                data=data, loop=loop)
 
 
-def config_to_json(cfg: RealtimeTrainConfig) -> dict[str, Any]:
-    return to_dict(cfg)
-
-
-def config_from_json(data: dict[str, Any]) -> RealtimeTrainConfig:
-    return from_dict(RealtimeTrainConfig, data)
-
-
 def shipped_configs(init_from: str | Path) -> tuple[Path, dict[str, Any]]:
     """-> (directory, config.json) of a shipped Luna, without loading its weights."""
     from duet.luna.shipped import TYPE
@@ -123,9 +104,7 @@ def train_luna_realtime(cfg: RealtimeTrainConfig | None, run_dir: str | Path, *,
     """Continue a shipped Luna (``init_from``) as Luna Realtime in ``run_dir``, or resume the run there (``cfg``
     may then be None: the run's config is used, and ``init_from`` is ignored: the checkpoint holds the weights)."""
     run_dir = Path(run_dir)
-    cfg = run_config(run_dir, cfg, resume, config_from_json, "Luna Realtime")
-    if threads:
-        torch.set_num_threads(threads)
+    cfg = driver.run_config(run_dir, cfg, resume, RealtimeTrainConfig, "Luna Realtime")
     if resume and latest_checkpoint(run_dir) is None:  # nothing saved yet: never train a random Luna by mistake
         if init_from is None:
             raise DuetError(f"{run_dir} has no checkpoint to resume; start it with --init-from (a shipped Luna)")
@@ -146,9 +125,13 @@ def train_luna_realtime(cfg: RealtimeTrainConfig | None, run_dir: str | Path, *,
         return RealtimeBundle.from_luna(shipped.bundle, cfg.model.block_size)
 
     tokenizer = str(shipped.path / "tokenizer.json") if shipped is not None else None
-    return run_luna_recipe(cfg, run_dir, cfg.model.luna, build, LunaRealtimeDiffusion(cfg.objective),
-                           tokenizer=tokenizer, resume=resume, stop_at_step=stop_at_step, max_minutes=max_minutes,
-                           progress=progress, extra={"init_from": str(init_from) if shipped is not None else None})
+    objective = LunaRealtimeDiffusion(cfg.objective)
+    return driver.run_recipe(cfg, run_dir, model=cfg.model.luna, data=LunaData,
+                             data_options=luna_data_options(cfg.data), build=build, objective=objective,
+                             tokenizer=tokenizer,
+                             init_from=None if resume else init_from, resume=resume,
+                             stop_at_step=stop_at_step, max_minutes=max_minutes, threads=threads,
+                             progress=progress)
 
 
 def export_luna_realtime(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
@@ -156,17 +139,10 @@ def export_luna_realtime(run_dir: str | Path, out_dir: str | Path, checkpoint: s
     """A run's checkpoint (best by validation loss by default, else the latest) -> the shipped format
     (``duet.luna.shipped.save_luna_realtime``: fp16, ``"type": "luna-realtime"``, tokenizer, codec, the frozen
     duration predictor). ``duet.load`` turns it into a ``duet.tts.luna_realtime.RealtimeSpeaker``."""
-    run_dir = Path(run_dir)
-    ckpt, info, run_state = export_source(run_dir, checkpoint, best)
-    try:
-        cfg = config_from_json(json.loads((run_dir / "config.json").read_text()))
-    except OSError as err:
-        raise DuetError(f"{run_dir} is not a Luna Realtime run directory (no config.json)") from err
-    bundle = RealtimeBundle(cfg.model, cfg.duration)
-    bundle.load_state_dict(load_weights(ckpt, "model"), strict=True)
-    info = {"preset": cfg.name, "init_from": run_state.get("init_from"), **info}
-    return save_luna_realtime(bundle.eval(), run_dir / "tokenizer.json", out_dir, codec=run_state.get("codec"),
-                              info=info)
+    run = driver.load_run(run_dir, RealtimeTrainConfig, lambda cfg: RealtimeBundle(cfg.model, cfg.duration),
+                          "Luna Realtime", checkpoint, best)
+    info = {"preset": run.config.name, "init_from": run.state.get("init_from"), **run.info}
+    return save_luna_realtime(run.module, run.tokenizer, out_dir, codec=run.codec, info=info)
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
@@ -174,18 +150,18 @@ def export_luna_realtime(run_dir: str | Path, out_dir: str | Path, checkpoint: s
 
 def add_train_realtime_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``luna-realtime`` and ``luna-realtime-export`` to the ``duet train`` sub-commands."""
-    p = subparsers.add_parser("luna-realtime", help="continue a shipped Luna as Luna-TTS Realtime (block diffusion)")
-    add_recipe_arguments(p, sorted(PRESETS), "runs/luna-realtime-tiny", tokenizer=False,
-                         preset_help=f"training settings and block size (default {DEFAULT_PRESET}; the model's "
-                                     "shape is --init-from's; omit with --resume)",
-                         init_from_help="the shipped Luna to continue (name or directory): weights, tokenizer, "
-                                        "duration predictor; required for a new run")
+    p = driver.add_train_parser(subparsers, "luna-realtime", "continue a shipped Luna as Luna-TTS Realtime (block "
+                                "diffusion)", sorted(PRESETS), "runs/luna-realtime-tiny", train_luna_realtime,
+                                config_from_args, tokenizer=False,
+                                preset_help=f"training settings and block size (default {DEFAULT_PRESET}; the "
+                                            "model's shape is --init-from's; omit with --resume)",
+                                init_from_help="the shipped Luna to continue (name or directory): weights, "
+                                               "tokenizer, duration predictor; required for a new run")
     p.add_argument("--block-size", type=int, default=None, help="frames per block (default 32 = 1.28 s)")
     p.add_argument("--end-weight", type=float, default=None, help="weight of the end-of-speech BCE (default 1)")
-    p.set_defaults(func=_run_train)
 
-    add_export_parser(subparsers, "luna-realtime-export", "write a Luna Realtime run as a shipped model (fp16)",
-                      "checkpoints/luna-realtime-tiny", _run_export)
+    driver.add_export_parser(subparsers, "luna-realtime-export", "write a Luna Realtime run as a shipped model (fp16)",
+                             "checkpoints/luna-realtime-tiny", export_luna_realtime)
 
 
 def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:
@@ -204,7 +180,7 @@ def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:
         model = RealtimeConfig(luna=LunaConfig.from_dict(shipped["config"]), block_size=block)
         return recipe(name, shards, manifest, model=model, duration=DurationConfig.from_dict(shipped["duration"]))
 
-    cfg = recipe_config_from_args(args, from_preset, config_from_json, ", ".join(PRESETS))
+    cfg = driver.config_from_args(args, from_preset, RealtimeTrainConfig, ", ".join(PRESETS))
     if args.preset is None and args.block_size is not None:  # a resume: merge_resume refuses a change
         cfg = replace(cfg, model=replace(cfg.model, block_size=args.block_size))
     if args.end_weight is not None:
@@ -212,17 +188,9 @@ def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:
     return cfg
 
 
-def _run_train(args: argparse.Namespace) -> int:
-    return run_train(train_luna_realtime, config_from_args(args), args)
-
-
-def _run_export(args: argparse.Namespace) -> int:
-    return run_export(export_luna_realtime, args)
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.train.recipes.luna_realtime luna-realtime ...`` (what torchrun launches)."""
-    return stage_main(add_train_realtime_parser, argv)
+    return driver.stage_main(add_train_realtime_parser, argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="duet", description="duet: Gepard and Luna-TTS text-to-speech")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    areas = [_AREAS[command]] if command in _AREAS else list(dict.fromkeys(_AREAS.values()))
+    areas = [_AREAS[command]] if command in _AREAS else list(_AREAS.values())
     for area in areas:
         importlib.import_module(area).register(sub)
     return parser

@@ -13,17 +13,24 @@ import re
 
 # Words after which a full stop is not a sentence end (compared lower-case, without the dot).
 _ABBREVIATIONS = frozenset("mr mrs ms dr st jr sr prof vs etc e.g i.e no fig approx inc ltd co mt".split())
-_SENTENCE_END = re.compile(r"""(?<=[.!?])["')\]]*\s+""")
-_CLAUSE_END = re.compile(r"(?<=[,;:])\s+")
+SENTENCE_END = re.compile(r"""(?<=[.!?])["')\]]*\s+""")
+CLAUSE_END = re.compile(r"(?<=[,;:])\s+")
+
+
+def ends_sentence(before: str) -> bool:
+    """Whether punctuation that closes ``before`` (followed by whitespace) ends a sentence: "Dr. Smith",
+    "J. R. R. Tolkien", "5 p.m. today" are not ends. Looks at ``before`` only, never at what follows."""
+    before = before.rstrip("\"')]")
+    words = before.split()
+    last_word = words[-1].rstrip(".").lower() if words else ""
+    return not (before.endswith(".") and (last_word in _ABBREVIATIONS or len(last_word) == 1 or "." in last_word))
 
 
 def _sentences(text: str) -> list[str]:
     pieces, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        before = text[start:m.start()].rstrip("\"')]")
-        last_word = before.split()[-1].rstrip(".").lower() if before.split() else ""
-        if before.endswith(".") and (last_word in _ABBREVIATIONS or len(last_word) == 1 or "." in last_word):
-            continue  # "Dr. Smith", "J. R. R. Tolkien", "5 p.m. today": not an end
+    for m in SENTENCE_END.finditer(text):
+        if not ends_sentence(text[start:m.start()]):
+            continue
         pieces.append(text[start:m.end()].strip())
         start = m.end()
     pieces.append(text[start:].strip())
@@ -52,6 +59,6 @@ def split_sentences(text: str, max_chars: int = 200) -> list[str]:
         if len(sentence) <= max_chars:
             out.append(sentence)
             continue
-        for clause in _cut(sentence, _CLAUSE_END, max_chars):
+        for clause in _cut(sentence, CLAUSE_END, max_chars):
             out.extend([clause] if len(clause) <= max_chars else _cut(clause, None, max_chars))
     return out

@@ -3,6 +3,9 @@
 Nested dataclasses are rebuilt from their type hints; JSON lists become tuples where the field is a tuple.
 Unknown keys are an error, so a typo in a config file cannot silently fall back to a default.
 
+A field whose config class depends on a sibling field (a codec run's ``model`` config by its ``kind``) names a
+function from the raw dict being read to that class in its metadata under :data:`CONFIG_CLASS`.
+
 Named presets have one shape everywhere: ``PRESETS: dict[str, Callable[[], Config]]`` (each call builds a fresh
 config) and a lookup through :func:`pick_preset`, whose error lists the names.
 """
@@ -10,13 +13,17 @@ config) and a lookup through :func:`pick_preset`, whose error lists the names.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 from duet.errors import DuetError
 
 T = TypeVar("T")
+
+CONFIG_CLASS = "config_class"  # field metadata: raw dict of the enclosing config -> the field's dataclass
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -53,11 +60,25 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     if not isinstance(data, dict):
         raise DuetError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
     if unknown:
         raise DuetError(f"{cls.__name__}: unknown config keys {unknown}")
-    return cls(**{k: _convert(hints[k], v) for k, v in data.items()})
+    values = {k: _convert(hints[k], v) for k, v in data.items()}
+    for name, f in fields.items():
+        pick = f.metadata.get(CONFIG_CLASS)
+        if pick is not None and not dataclasses.is_dataclass(values.get(name)):
+            values[name] = from_dict(pick(data), data.get(name, {}))  # absent: that class's defaults
+    return cls(**values)
+
+
+def read_json(path: str | Path, cls: type[T]) -> T:
+    """A JSON file written by :func:`write_json` (or by hand) as the frozen dataclass ``cls``."""
+    return from_dict(cls, json.loads(Path(path).read_text()))
+
+
+def write_json(path: str | Path, config: Any) -> None:
+    Path(path).write_text(json.dumps(to_dict(config), indent=2) + "\n")
 
 
 def pick_preset(presets: Mapping[str, Callable[[], T]], name: str, what: str) -> T:

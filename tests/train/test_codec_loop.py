@@ -7,14 +7,19 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from safetensors.torch import load_file, save_file
 
 from duet.codecs import load
+from duet.codecs.fsq_codec import FSQCodecConfig
 from duet.codecs.registry import build
+from duet.config_io import from_dict, to_dict, write_json
 from duet.errors import DuetError
 from duet.train.audio_crops import AudioCrops, read_manifest
-from duet.train.codec_config import config_from_json, config_to_json, load_config, preset
+from duet.train.checkpoint import latest_checkpoint, read_state
+from duet.train.codec_config import CodecTrainConfig, load_config, preset
 from duet.train.codec_loop import export_codec, train_codec
 from duet.train.metrics import read_metrics
+from duet.train.runner import read_run_config
 
 
 def _clips(sr: int, n: int = 6, seconds: float = 1.0, seed: int = 0) -> list[np.ndarray]:
@@ -37,7 +42,7 @@ def _crops(cfg):
 @pytest.mark.parametrize("name", ["fsq", "rvq", "rvq-decoder", "fsq-decoder", "fsq-tiny", "rvq-tiny"])
 def test_presets_build_and_round_trip_json(name):
     cfg = preset(name)
-    assert config_from_json(json.loads(json.dumps(config_to_json(cfg)))) == cfg
+    assert from_dict(CodecTrainConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
     model = build(cfg.kind, cfg.model)
     assert model.sample_rate == cfg.model.sample_rate
 
@@ -72,13 +77,35 @@ def test_resume_is_bit_identical(tmp_path, name):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def test_resume_refuses_a_different_config(tmp_path):
+def test_resume_refuses_a_different_config_and_a_fresh_start_refuses_a_run(tmp_path):
     cfg = preset("fsq-tiny")
     train_codec(cfg, None, tmp_path, stop_at_step=1, crops=_crops(cfg)[0], progress=False)
-    from duet.errors import DuetError
-
     with pytest.raises(DuetError, match="different config"):
         train_codec(replace(cfg, lr=0.5), None, tmp_path, resume=True, crops=_crops(cfg)[0], progress=False)
+    with pytest.raises(DuetError, match="already holds a run"):
+        train_codec(replace(cfg, lr=0.5), None, tmp_path, crops=_crops(cfg)[0], progress=False)
+    assert read_run_config(tmp_path, CodecTrainConfig) == cfg  # refused before config.json was rewritten
+
+
+def test_resume_of_a_checkpoint_without_per_rank_rng_states_is_exact(tmp_path):
+    """Codec checkpoints kept their RNGs in the checkpoint module only (torch, Python, ``rng.data``); such a
+    checkpoint still resumes bit-identically."""
+    cfg = preset("fsq-tiny")
+    train, val = _crops(cfg)
+    train_codec(cfg, None, tmp_path / "a", stop_at_step=4, crops=train, val_crops=val, progress=False)
+    train_codec(cfg, None, tmp_path / "b", stop_at_step=2, crops=train, val_crops=val, progress=False)
+    ckpt = latest_checkpoint(tmp_path / "b")
+    state = read_state(ckpt)
+    rng = state["extra"].pop("rng")[0]
+    (ckpt / "state.json").write_text(json.dumps(state))
+    tensors = load_file(str(ckpt / "optim.safetensors"))
+    tensors["rng.data"] = torch.tensor(rng["generators"]["data"], dtype=torch.uint8)
+    save_file(tensors, str(ckpt / "optim.safetensors"))
+    torch.manual_seed(99)  # nothing carries over from the first invocation
+    train_codec(cfg, None, tmp_path / "b", resume=True, stop_at_step=4, crops=train, val_crops=val, progress=False)
+    a = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "a" / "metrics.jsonl") if "loss" in r}
+    b = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "b" / "metrics.jsonl") if "loss" in r}
+    assert a == b and sorted(b) == [1, 2, 3, 4]
 
 
 def test_manifest_cli_and_export(tmp_path):
@@ -124,8 +151,13 @@ def test_semantic_teacher_from_a_local_directory(tmp_path):
 
 def test_load_config_from_json_file(tmp_path):
     path = tmp_path / "c.json"
-    path.write_text(json.dumps(config_to_json(replace(preset("fsq-tiny"), batch_size=3))))
+    write_json(path, replace(preset("fsq-tiny"), batch_size=3))
     assert load_config(str(path)).batch_size == 3
+    path.write_text(json.dumps({"kind": "duet-fsq", "batch_size": 3}))  # no model: the codec's defaults
+    assert load_config(str(path)).model == FSQCodecConfig()
+    path.write_text(json.dumps({"kind": "duet-fsq", "model": {"n_mels": 20, "typo": 1}}))
+    with pytest.raises(DuetError, match="typo"):
+        load_config(str(path))
 
 
 def _shipped(cfg, root):

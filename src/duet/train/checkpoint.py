@@ -130,7 +130,9 @@ def load_weights(ckpt_dir: str | Path, name: str) -> dict[str, torch.Tensor]:
 def load_checkpoint(ckpt_dir: str | Path, modules: dict[str, nn.Module],
                     optimizers: dict[str, torch.optim.Optimizer],
                     generators: dict[str, torch.Generator] | None = None) -> dict[str, Any]:
-    """Restore modules, optimizers and RNG states in place; returns the JSON state (step, extra)."""
+    """Restore modules, optimizers and RNG states in place; returns the JSON state (step, extra).
+
+    A generator whose state the checkpoint does not hold keeps its own."""
     ckpt_dir = Path(ckpt_dir)
     state = read_state(ckpt_dir)
     for name, module in modules.items():
@@ -142,7 +144,8 @@ def load_checkpoint(ckpt_dir: str | Path, modules: dict[str, nn.Module],
         _unflatten_optimizer(name, opt, tensors, state["optimizers"][name])
     torch.set_rng_state(tensors["rng.torch"])
     for gname, gen in (generators or {}).items():
-        gen.set_state(tensors[f"rng.{gname}"])
+        if f"rng.{gname}" in tensors:  # else its writer kept the state elsewhere (the loop: per-rank JSON)
+            gen.set_state(tensors[f"rng.{gname}"])
     version, py_state, gauss = state["python_random"]
     random.setstate((version, tuple(py_state), gauss))
     return state

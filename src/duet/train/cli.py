@@ -63,11 +63,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _train_codec(args: argparse.Namespace) -> int:
     from dataclasses import replace
-    from pathlib import Path
 
     from duet.errors import DuetError
-    from duet.train.codec_config import config_from_json, load_config
+    from duet.train.codec_config import CodecTrainConfig, load_config
     from duet.train.codec_loop import train_codec
+    from duet.train.runner import read_run_config
 
     cfg = load_config(args.config) if args.config else None
     out = args.out
@@ -76,9 +76,7 @@ def _train_codec(args: argparse.Namespace) -> int:
             raise DuetError("--resume without --config needs --out RUN_DIR")
         out = f"runs/{cfg.kind}"
     if cfg is None and args.resume:
-        import json
-
-        cfg = config_from_json(json.loads((Path(out) / "config.json").read_text()))
+        cfg = read_run_config(out, CodecTrainConfig)
     if cfg is None:
         raise DuetError("give --config (fsq, rvq or a JSON file)")
     if args.max_steps is not None:

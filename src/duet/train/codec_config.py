@@ -1,7 +1,9 @@
 """Codec training configuration: ``CodecTrainConfig`` and the named presets of ``duet train codec --config``.
 
 ``fsq`` and ``rvq`` are the shipped codecs' runs; ``fsq-tiny`` and ``rvq-tiny`` train in seconds, for tests.
-A JSON config file holds ``{"kind": "duet-fsq" | "duet-rvq", "model": {...}, ...the other fields...}``.
+A JSON config file (and a run's ``config.json``) holds ``{"kind": "duet-fsq" | "duet-rvq", "model": {...}, ...the
+other fields...}``, read and written by ``duet.config_io`` like every duet config: ``model`` is the config class
+of its ``kind`` (``duet.codecs.registry``), the codec's defaults when absent.
 """
 
 from __future__ import annotations
@@ -12,16 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from duet.codecs import registry
-from duet.config_io import from_dict, to_dict
+from duet.config_io import CONFIG_CLASS, read_json
 from duet.errors import DuetError
 from duet.train.objectives.codec import SpectralLossConfig
 from duet.train.objectives.discriminators import DiscriminatorConfig
 
 
+def _model_config_class(data: dict[str, Any]) -> type:
+    return registry.model_classes(data.get("kind"))[0]
+
+
 @dataclass(frozen=True)
 class CodecTrainConfig:
     kind: str  # "duet-fsq" | "duet-rvq"
-    model: Any  # FSQCodecConfig | RVQCodecConfig (by kind)
+    model: Any = field(metadata={CONFIG_CLASS: _model_config_class})  # FSQCodecConfig | RVQCodecConfig (by kind)
     loss: SpectralLossConfig = field(default_factory=SpectralLossConfig)
     disc: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
     batch_size: int = 16
@@ -57,18 +63,6 @@ class CodecTrainConfig:
         """Crop length rounded to whole codec frames."""
         spf = self.model.samples_per_frame
         return max(1, round(self.crop_seconds * self.model.sample_rate / spf)) * spf
-
-
-def config_from_json(data: dict[str, Any]) -> CodecTrainConfig:
-    data = dict(data)
-    kind = data.get("kind")
-    config_cls, _ = registry.model_classes(kind)
-    data["model"] = from_dict(config_cls, data.get("model", {}))
-    return from_dict(CodecTrainConfig, data)
-
-
-def config_to_json(cfg: CodecTrainConfig) -> dict[str, Any]:
-    return to_dict(cfg)
 
 
 def preset(name: str) -> CodecTrainConfig:
@@ -130,7 +124,7 @@ def load_config(name_or_path: str) -> CodecTrainConfig:
     path = Path(name_or_path)
     if path.suffix == ".json" or path.is_file():
         try:
-            return config_from_json(json.loads(path.read_text()))
+            return read_json(path, CodecTrainConfig)
         except (OSError, json.JSONDecodeError) as err:
             raise DuetError(f"cannot read codec config {path}: {err}") from err
     return preset(name_or_path)

@@ -5,6 +5,10 @@ mel + multi-resolution STFT losses (+ the bottleneck's own losses: RVQ commitmen
 AdamW. From ``disc_start_step`` on, the multi-period and multi-resolution STFT discriminators join (least-squares
 GAN + feature matching), each step first updating the discriminators on real vs detached generated audio.
 
+The step is a :class:`CodecTrainer`, a ``duet.train.runner.StepRunner``: the skeleton every duet run shares
+drives it (resume, seeding, progress bar, signals, checkpoint cadence, metrics, plots, validation), as it drives the
+families' objective step.
+
 Run directory layout (``--out runs/NAME``):
   config.json          the CodecTrainConfig this run trains (a resumed run keeps it)
   metrics.jsonl        one line per logged step (losses, lr, grad norm, seconds per step), and val losses
@@ -19,12 +23,11 @@ after a resume are bit-identical to the uninterrupted run (same thread count; ``
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -32,26 +35,38 @@ from torch import nn
 from duet.codecs import registry
 from duet.errors import DuetError
 from duet.train.audio_crops import AudioCrops
-from duet.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, read_state, save_checkpoint
-from duet.train.codec_config import CodecTrainConfig, config_from_json, config_to_json
+from duet.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, read_state
+from duet.train.codec_config import CodecTrainConfig
+from duet.train.distributed import single_process
 from duet.train.ema import ModelEMA, ema_decay
-from duet.train.interrupt import StopOnSignal
-from duet.train.metrics import MetricsLog
 from duet.train.objectives.codec import SpectralLoss, discriminator_loss, feature_matching_loss, generator_loss
 from duet.train.objectives.discriminators import CodecDiscriminator
-from duet.train.plots import plot_metrics
+from duet.train.runner import (
+    CONFIG,
+    Cadence,
+    LoopResult,
+    StepOutput,
+    StepRunner,
+    read_run_config,
+    resume_point,
+    run_steps,
+    write_run_config,
+)
 from duet.train.schedule import warmup_cosine
 
 
-class CodecTrainer:
-    """Owns one run's model, EMA shadow, losses, discriminators, optimizers and crop generator.
+class CodecTrainer(StepRunner):
+    """Owns one run's model, EMA shadow, losses, discriminators, optimizers, crop generator and held-out audio.
 
-    Checkpoint names: modules ``generator``, ``generator_ema``, ``discriminator``; generator RNG ``data``.
+    Checkpoint names: modules ``generator``, ``generator_ema``, ``discriminator``; optimizers ``generator``,
+    ``discriminator``; generator RNG ``data`` (seeded by the skeleton).
     """
 
-    def __init__(self, cfg: CodecTrainConfig, crops: AudioCrops):
+    def __init__(self, cfg: CodecTrainConfig, crops: AudioCrops, val_audio: torch.Tensor | None = None):
         self.cfg = cfg
         self.crops = crops
+        self.val_audio = val_audio  # (B, S) fixed held-out crops, or None: no validation
+        self.name = cfg.kind
         torch.manual_seed(cfg.seed)
         self.model = registry.build(cfg.kind, cfg.model)
         self.frozen: tuple[nn.Module, ...] = ()
@@ -75,7 +90,7 @@ class CodecTrainer:
         if self.disc is not None:
             self.opt_d = torch.optim.AdamW(self.disc.parameters(), lr=cfg.disc_lr, betas=cfg.betas,
                                            weight_decay=cfg.weight_decay)
-        self.data_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.data_gen = torch.Generator()
 
     def _train_mode(self) -> None:
         """Training mode, except the frozen encoder and quantiser (no EMA codebook updates, no quantiser dropout)."""
@@ -83,8 +98,12 @@ class CodecTrainer:
         for module in self.frozen:
             module.eval()
 
-    # ---- checkpoint plumbing --------------------------------------------------------------------------------------
     @property
+    def val_key(self) -> str:
+        """The validation score that marks the best step: the mel loss of the weights the export takes."""
+        return "val_mel_ema" if self.ema is not None else "val_mel"
+
+    # ---- checkpoint plumbing --------------------------------------------------------------------------------------
     def modules(self) -> dict[str, nn.Module]:
         mods: dict[str, nn.Module] = {"generator": self.model}
         if self.ema is not None:
@@ -93,16 +112,14 @@ class CodecTrainer:
             mods["discriminator"] = self.disc
         return mods
 
-    @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         opts: dict[str, torch.optim.Optimizer] = {"generator": self.opt_g}
         if self.opt_d is not None:
             opts["discriminator"] = self.opt_d
         return opts
 
-    def save(self, run_dir: Path, step: int, extra: dict) -> Path:
-        return save_checkpoint(run_dir, step, self.modules, self.optimizers, generators={"data": self.data_gen},
-                               extra=extra)
+    def generators(self) -> dict[str, torch.Generator]:
+        return {"data": self.data_gen}
 
     def init_from(self, name_or_path: str | Path) -> None:
         """Warm start from a shipped codec (weights only, fp16 -> fp32; optimizers start fresh): how a run is
@@ -114,15 +131,15 @@ class CodecTrainer:
         if self.ema is not None:
             self.ema.shadow.load_state_dict(shipped.state_dict())
 
-    def load(self, ckpt: Path) -> dict:
+    def restore(self, ckpt: Path) -> dict[str, Any]:
         """Restore everything from ``ckpt``; discriminators switched on after it was written start fresh."""
         has_disc = "discriminator" in read_state(ckpt)["optimizers"]
-        mods = {k: v for k, v in self.modules.items() if k != "discriminator" or has_disc}
-        return load_checkpoint(ckpt, mods, self.optimizers, generators={"data": self.data_gen})
+        mods = {k: v for k, v in self.modules().items() if k != "discriminator" or has_disc}
+        return load_checkpoint(ckpt, mods, self.optimizers(), self.generators())
 
     # ---- one optimizer step ---------------------------------------------------------------------------------------
-    def step(self, step: int) -> dict[str, float]:
-        """Optimizer step number ``step`` (0-based); returns its losses and diagnostics as floats."""
+    def step(self, step: int) -> StepOutput:
+        """Optimizer step number ``step`` (0-based): its losses, LR and gradient norm."""
         cfg = self.cfg
         lr = warmup_cosine(step, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.final_lr_ratio)
         for group in self.opt_g.param_groups:
@@ -151,9 +168,8 @@ class CodecTrainer:
         self.opt_g.step()
         if self.ema is not None:
             self.ema.update(self.model, ema_decay(step, cfg.ema_decay))
-        result = {k: float(v.detach()) for k, v in losses.items()}
-        result.update(loss=total.item(), lr=lr, grad_norm=float(grad_norm))
-        return result
+        metrics = {"loss": total.item(), **{k: float(v.detach()) for k, v in losses.items()}}
+        return StepOutput(metrics=metrics, lr=lr, grad_norm=float(grad_norm))
 
     def _adversarial(self, step: int, real: torch.Tensor, fake: torch.Tensor) -> dict[str, torch.Tensor]:
         """Update the discriminators once, then return the generator's adversarial and feature-matching losses."""
@@ -178,12 +194,14 @@ class CodecTrainer:
         return {"adv": generator_loss(fake_logits), "feat": feature_matching_loss(real_feats, fake_feats),
                 "disc": d_loss.detach()}
 
-    def validate(self, audio: torch.Tensor) -> dict[str, float]:
-        """Reconstruction losses on fixed held-out crops: the live model and, if kept, the EMA weights."""
-        val = validate(self.model, self.spectral, audio)
+    def validate(self) -> dict[str, float]:
+        """Reconstruction losses on the fixed held-out crops: the live model and, if kept, the EMA weights."""
+        if self.val_audio is None:
+            return {}
+        val = validate(self.model, self.spectral, self.val_audio)
         self._train_mode()
         if self.ema is not None:
-            val.update({f"{k}_ema": v for k, v in validate(self.ema.shadow, self.spectral, audio).items()})
+            val.update({f"{k}_ema": v for k, v in validate(self.ema.shadow, self.spectral, self.val_audio).items()})
         return val
 
 
@@ -195,17 +213,10 @@ def validate(model: nn.Module, spectral: SpectralLoss, audio: torch.Tensor) -> d
     return {"val_mel": float(losses["mel"]), "val_stft": float(losses["stft"])}
 
 
-@dataclass
-class TrainResult:
-    step: int
-    run_dir: Path
-    last: dict[str, float]
-
-
 def resolve_run_config(cfg: CodecTrainConfig | None, run_dir: Path, resume: bool) -> CodecTrainConfig:
     """The config a (resumed) run trains: the run's own, where only max_steps / disc_start_step may change."""
-    if resume and (run_dir / "config.json").is_file():
-        saved = config_from_json(json.loads((run_dir / "config.json").read_text()))
+    if resume and (run_dir / CONFIG).is_file():
+        saved = read_run_config(run_dir, CodecTrainConfig)
         if cfg is not None and cfg != saved:
             if replace(cfg, max_steps=saved.max_steps, disc_start_step=saved.disc_start_step) != saved:
                 raise DuetError(f"{run_dir} was trained with a different config; resume without --config or "
@@ -220,7 +231,7 @@ def resolve_run_config(cfg: CodecTrainConfig | None, run_dir: Path, resume: bool
 def train_codec(cfg: CodecTrainConfig | None, manifest: str | Path | None, run_dir: str | Path, resume: bool = False,
                 stop_at_step: int | None = None, max_minutes: float | None = None, threads: int | None = None,
                 crops: AudioCrops | None = None, val_crops: AudioCrops | None = None,
-                progress: bool = True, init_from: str | Path | None = None) -> TrainResult:
+                progress: bool = True, init_from: str | Path | None = None) -> LoopResult:
     """Train (or resume) a codec in ``run_dir``. ``cfg`` may be None when resuming (the run's config is used).
 
     ``stop_at_step`` / ``max_minutes`` end this invocation early without touching the LR schedule (that is set by
@@ -228,14 +239,14 @@ def train_codec(cfg: CodecTrainConfig | None, manifest: str | Path | None, run_d
     ``init_from`` (a shipped codec name or directory) warm-starts a new run's weights; ignored when resuming.
     """
     run_dir = Path(run_dir)
-    ckpt = latest_checkpoint(run_dir) if resume else None
+    ckpt = resume_point(run_dir, resume)
     cfg = resolve_run_config(cfg, run_dir, resume)
     if cfg.decoder_only and ckpt is None and init_from is None:
         raise DuetError("a decoder-only run fine-tunes a trained codec: give --init-from (e.g. duet-rvq)")
     if threads:
         torch.set_num_threads(threads)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
+    write_run_config(run_dir, cfg)
 
     sample_rate, spf = cfg.model.sample_rate, cfg.model.samples_per_frame
     if crops is None:
@@ -251,55 +262,15 @@ def train_codec(cfg: CodecTrainConfig | None, manifest: str | Path | None, run_d
     val_len = max(1, round(cfg.val_seconds * sample_rate / spf)) * spf
     val_audio = val_crops.fixed(cfg.val_items, val_len) if val_crops is not None else None
 
-    trainer = CodecTrainer(cfg, crops)
-    step, extra = 0, {}
-    if ckpt is not None:
-        state = trainer.load(ckpt)
-        step, extra = state["step"], state.get("extra", {})
-        print(f"resumed {run_dir} at step {step} ({ckpt.name})", file=sys.stderr)
-    elif init_from is not None:
+    trainer = CodecTrainer(cfg, crops, val_audio)
+    if ckpt is None and init_from is not None:
         trainer.init_from(init_from)
         print(f"{run_dir}: weights warm-started from {init_from}", file=sys.stderr)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=step if ckpt is not None else None)
-    trained_seconds = float(extra.get("train_seconds", 0.0))
-    best_val = float(extra.get("best_val", math.inf))
-
-    def checkpoint() -> None:
-        trainer.save(run_dir, step, {"train_seconds": trained_seconds, "best_val": best_val, "kind": cfg.kind,
-                                     "audio_hours": crops.seconds / 3600})
-        plot_metrics(run_dir / "metrics.jsonl", run_dir / "loss.png", title=f"{cfg.kind} ({run_dir.name})")
-
-    from tqdm import tqdm
-
-    end = cfg.max_steps if stop_at_step is None else min(stop_at_step, cfg.max_steps)
-    started = last_save = time.time()
-    bar = tqdm(total=end, initial=step, desc=cfg.kind, disable=not progress, dynamic_ncols=True,
-               mininterval=1 if sys.stderr.isatty() else 60)
-    last: dict[str, float] = {}
-    with StopOnSignal() as signals:
-        while step < end:
-            t0 = time.time()
-            last = trainer.step(step)
-            step += 1
-            dt = time.time() - t0
-            trained_seconds += dt
-            if step % cfg.log_every == 0 or step == end:
-                metrics.log(step, sec_per_step=dt, **last)
-            if val_audio is not None and step % cfg.val_every == 0:
-                val = trainer.validate(val_audio)
-                best_val = min(best_val, val.get("val_mel_ema", val["val_mel"]))
-                metrics.log(step, **val)
-            bar.update(1)
-            bar.set_postfix(loss=f"{last['loss']:.3f}", mel=f"{last['mel']:.3f}", refresh=False)
-            out_of_time = max_minutes is not None and time.time() - started > max_minutes * 60
-            if signals.stop or out_of_time or step == end or time.time() - last_save > cfg.checkpoint_minutes * 60:
-                checkpoint()
-                last_save = time.time()
-            if signals.stop or out_of_time:
-                print(f"stopping at step {step} ({'signal' if signals.stop else 'time budget'})", file=sys.stderr)
-                break
-    bar.close()
-    return TrainResult(step=step, run_dir=run_dir, last=last)
+    # No best/ copy: the export takes the latest EMA weights; the best val mel is kept for its provenance.
+    return run_steps(trainer, Cadence.of(cfg, keep_best=False), run_dir, single_process(), resume=resume,
+                     stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress,
+                     extra={"kind": cfg.kind, "audio_hours": crops.seconds / 3600},
+                     title=f"{cfg.kind} ({run_dir.name})")
 
 
 def export_codec(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None) -> Path:
@@ -308,7 +279,7 @@ def export_codec(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pat
     ckpt = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
     if ckpt is None:
         raise DuetError(f"{run_dir} has no checkpoint to export")
-    cfg = config_from_json(json.loads((run_dir / "config.json").read_text()))
+    cfg = read_run_config(run_dir, CodecTrainConfig)
     model = registry.build(cfg.kind, cfg.model)
     # The EMA weights when the run kept them; the semantic projection only serves distillation during training.
     weights = load_weights(ckpt, "generator_ema") or load_weights(ckpt, "generator")
@@ -316,8 +287,9 @@ def export_codec(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pat
     model.load_state_dict(weights, strict=True)
     state = read_state(ckpt)
     extra = state.get("extra", {})
-    best = extra.get("best_val", math.inf)
+    best = extra.get("best_val")  # None (older checkpoints: inf) before any validation
     info = {"step": state["step"], "train_hours": round(extra.get("train_seconds", 0.0) / 3600, 3),
             "audio_hours": round(extra.get("audio_hours", 0.0), 3), "run": run_dir.name, "checkpoint": ckpt.name,
-            "best_val_mel": best if math.isfinite(best) else None, "weights": "ema" if cfg.ema_decay else "live"}
+            "best_val_mel": best if best is not None and math.isfinite(best) else None,
+            "weights": "ema" if cfg.ema_decay else "live"}
     return registry.save_pretrained(model.eval(), out_dir, info=info)

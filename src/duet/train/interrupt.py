@@ -1,5 +1,6 @@
-"""Graceful stops (both training loops): SIGTERM / SIGINT set a flag that a training loop checks after each step, so it can write a
-checkpoint and exit cleanly (``kill PID`` never loses more than the current step)."""
+"""Graceful stops (``duet.train.runner``, which every training run shares): SIGTERM / SIGINT set a flag that the
+skeleton checks after each step, so it can write a checkpoint and exit cleanly (``kill PID`` never loses more than
+the current step)."""
 
 from __future__ import annotations
 

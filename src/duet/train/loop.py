@@ -1,8 +1,9 @@
 """The one training loop that every duet model family shares; what it optimises plugs in as an :class:`Objective`.
 
-STYLE.md practice 7: one loop, swappable objectives (Gepard pretrain today; SFT, DPO, GRPO, Luna's diffusion loss
-join as further objectives), never a copy of the loop per variant. The codec keeps its own GAN loop
-(``duet.train.codec_loop``: two optimizers, alternating updates), which does not fit one-loss-one-optimizer.
+STYLE.md practice 7: one loop, swappable objectives (Gepard pretraining, Luna's diffusion loss and duration
+predictor; SFT, DPO, GRPO would join as further objectives), never a copy of the loop per variant. The step below
+is an :class:`ObjectiveRunner` on the skeleton every run shares (``duet.train.runner``: resume, seeding, progress,
+signals, checkpoint cadence, metrics, plots, validation, early stopping), as the codec's GAN step is.
 
 One optimizer step (``step`` counts them from 0; the LR is a pure function of it)::
 
@@ -36,45 +37,33 @@ group (gloo on CPU, nccl on GPU) and wraps the model in ``DistributedDataParalle
 checkpoints, metrics, plots and the progress bar. Validation runs the whole (small) held-out set on every rank, so
 best-checkpoint and early-stopping decisions agree without communication.
 
-Checkpoints (``duet.train.checkpoint``: safetensors + JSON, atomic) every ``checkpoint_every`` steps, every
-``checkpoint_minutes`` and at the end of an invocation; ``best/`` keeps the weights with the lowest validation loss.
-Exact resume restores weights, optimizer state (AdamW moments and step counts), every rank's torch / numpy /
-Python RNG states (and CUDA's), the step, and the data position, so the steps after a resume are bit-identical to
-an uninterrupted run (``tests/train/test_loop.py``; same thread count).
+Exact resume (the skeleton's) needs from this step only its data position (epoch, batches consumed) and the
+objective's generators: the steps after a resume are bit-identical to an uninterrupted run
+(``tests/train/test_loop.py``; same thread count).
 
 Gepard §4 names "the NaN incident and guards" (§4.4, past the end of our copy of the report): the non-finite guard
 here is duet's version, skipping the update instead of stopping the run.
 
-Run directory: ``metrics.jsonl`` (one line per logged step, validation and diagnostics lines), ``loss.png``
-(every numeric metric), objective plots (Gepard: ``ranks.png``), ``checkpoints/`` (newest ``keep_checkpoints``,
-``latest`` points at one), ``best/checkpoints/`` (one).
+Run directory: as ``duet.train.runner`` lays it out, with the objective's plots (Gepard: ``ranks.png``) and
+``best/checkpoints/`` (the weights with the lowest validation loss).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
-import random
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from duet.errors import DuetError
-from duet.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from duet.train.interrupt import StopOnSignal
-from duet.train.metrics import MetricsLog, read_metrics
-from duet.train.plots import plot_metrics
+from duet.train.distributed import DistEnv, all_max, all_mean, setup_distributed, to_device
+from duet.train.runner import Cadence, LoopResult, StepOutput, StepRunner, run_steps
 from duet.train.schedule import warmup_cosine
-
-BEST = "best"
 
 
 @dataclass(frozen=True)
@@ -162,16 +151,6 @@ class FixedBatches:
         return self.batches
 
 
-@dataclass
-class LoopResult:
-    step: int
-    run_dir: Path
-    last: dict[str, float]  # metrics of the last step (rank-averaged)
-    skipped_steps: int  # steps the non-finite guard skipped, over the whole run
-    best_val: float | None
-    stopped: str  # "end" | "stop_at" | "time" | "signal" | "early_stop"
-
-
 # ---- parameter groups ----------------------------------------------------------------------------------------------
 
 
@@ -216,96 +195,107 @@ def build_optimizer(model: nn.Module, cfg: LoopConfig, multipliers: Mapping[str,
                              eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
-# ---- distributed ---------------------------------------------------------------------------------------------------
+class ObjectiveRunner(StepRunner):
+    """The optimizer step of every model family (module docstring): one objective, one AdamW, data from a
+    :class:`BatchSource` at position (epoch, batches consumed)."""
 
+    def __init__(self, model: nn.Module, objective: Objective, data: BatchSource, cfg: LoopConfig, env: DistEnv,
+                 val_batches: Sequence[Any] | None = None):
+        self.model, self.objective, self.data, self.cfg, self.env = model, objective, data, cfg, env
+        self.name = objective.name
+        self.val_batches = val_batches
+        self.optimizer = build_optimizer(model, cfg, objective.lr_multipliers())
+        self.train_model: nn.Module = model
+        if env.distributed:
+            self.train_model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
+        self.per_step = env.world_size * cfg.accum_steps
+        self.epoch, self.batches_done = 0, 0
+        self._plan: Sequence[Any] = ()
+        self._plan_epoch = -1
+        self._generators = objective.generators()
 
-@dataclass(frozen=True)
-class DistEnv:
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-    owns_group: bool  # this process created the process group (and destroys it at the end)
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(self.env.device.type, dtype=torch.bfloat16) if self.cfg.bf16 else contextlib.nullcontext()
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    def modules(self) -> dict[str, nn.Module]:
+        return {"model": self.model}
 
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"optimizer": self.optimizer}
 
+    def generators(self) -> dict[str, torch.Generator]:
+        return self._generators
 
-def setup_distributed(device: str = "auto") -> DistEnv:
-    """Read torchrun's environment; join a process group when WORLD_SIZE > 1 (nccl on GPU, gloo on CPU)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if device == "auto":
-        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    owns = False
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
-        owns = True
-    return DistEnv(rank=rank, world_size=world, local_rank=local, device=dev, owns_group=owns)
+    def position(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "batches_done": self.batches_done, "accum_steps": self.cfg.accum_steps}
 
+    def restore(self, ckpt: Path) -> dict[str, Any]:
+        state = super().restore(ckpt)
+        self.epoch, self.batches_done = state["extra"]["epoch"], state["extra"]["batches_done"]
+        return state
 
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move a batch (anything with ``.to``, or dicts / lists / tuples of them) to ``device``."""
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch.to(device) if hasattr(batch, "to") else batch
+    def plan(self) -> Sequence[Any]:
+        """The current epoch's batches, moving to the next epoch when fewer than one step's are left."""
+        while True:
+            if self._plan_epoch != self.epoch:
+                self._plan, self._plan_epoch = self.data.epoch(self.epoch), self.epoch
+                if len(self._plan) < self.per_step:
+                    raise DuetError(f"an epoch has {len(self._plan)} batches, fewer than one step needs "
+                                    f"({self.env.world_size} ranks x {self.cfg.accum_steps} accumulation steps)")
+            if self.batches_done + self.per_step <= len(self._plan):
+                return self._plan
+            self.epoch, self.batches_done = self.epoch + 1, 0
 
+    def step(self, step: int) -> StepOutput:
+        cfg, env = self.cfg, self.env
+        plan = self.plan()
+        lr = warmup_cosine(step, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.final_lr_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_mult"]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, metric_sums = 0.0, {}
+        for a in range(cfg.accum_steps):
+            batch = to_device(plan[self.batches_done + a * env.world_size + env.rank], env.device)
+            sync = not env.distributed or a == cfg.accum_steps - 1
+            with contextlib.nullcontext() if sync else self.train_model.no_sync():
+                with self.autocast():
+                    loss, values = self.objective.loss(self.train_model, batch)
+                (loss / cfg.accum_steps).backward()
+            loss_sum += float(loss.detach())
+            for k, v in values.items():
+                metric_sums[k] = metric_sums.get(k, 0.0) + float(v)
+        self.batches_done += self.per_step
+        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        bad = bool(all_max([float(not (math.isfinite(loss_sum) and math.isfinite(grad_norm)))], env)[0])
+        if bad:  # the non-finite guard: no update (weights, moments and AdamW's step count stay as they were)
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        metrics = {"loss": loss_sum / cfg.accum_steps, **{k: v / cfg.accum_steps for k, v in metric_sums.items()}}
+        return StepOutput(metrics=metrics, lr=lr, grad_norm=grad_norm, skipped=bad, info={"epoch": self.epoch})
 
-def _all_max(flags: list[float], env: DistEnv) -> list[float]:
-    if not env.distributed:
-        return flags
-    t = torch.tensor(flags, dtype=torch.float64, device=env.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.tolist()
+    def validate(self) -> dict[str, float]:
+        if not self.val_batches:
+            return {}
+        self.model.eval()
+        sums: dict[str, float] = {}
+        with torch.no_grad(), self.autocast():
+            for batch in self.val_batches:
+                for k, v in self.objective.evaluate(self.model, to_device(batch, self.env.device)).items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+        self.model.train()
+        keys = sorted(sums)
+        # Every rank computed the same numbers; averaging makes them agree to the bit all the same.
+        means = all_mean([sums[k] / len(self.val_batches) for k in keys], self.env)
+        return {f"val_{k}": v for k, v in zip(keys, means)}
 
+    def diagnostics(self) -> dict[str, Any]:
+        return self.objective.diagnostics(self.model)
 
-def _all_mean(values: list[float], env: DistEnv) -> list[float]:
-    if not env.distributed:
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=env.device)
-    dist.all_reduce(t)
-    return (t / env.world_size).tolist()
-
-
-# ---- RNG states as JSON (every rank's; the checkpoint module stores rank 0's torch / Python states too) -----------
-
-
-def _rng_state(device: torch.device, generators: Mapping[str, torch.Generator]) -> dict[str, Any]:
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, py_state, py_gauss = random.getstate()
-    state = {"torch": torch.get_rng_state().tolist(), "numpy": [name, keys.tolist(), pos, has_gauss, gauss],
-             "python": [version, list(py_state), py_gauss]}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device).tolist()
-    state["generators"] = {k: g.get_state().tolist() for k, g in generators.items()}
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], device: torch.device, generators: Mapping[str, torch.Generator]) -> None:
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    version, py_state, py_gauss = state["python"]
-    random.setstate((version, tuple(py_state), py_gauss))
-    if "cuda" in state and device.type == "cuda":
-        torch.cuda.set_rng_state(torch.tensor(state["cuda"], dtype=torch.uint8), device)
-    for name, gen in generators.items():
-        if name in state.get("generators", {}):
-            gen.set_state(torch.tensor(state["generators"][name], dtype=torch.uint8))
-
-
-# ---- the loop ------------------------------------------------------------------------------------------------------
+    def plot(self, metrics_path: Path, run_dir: Path) -> None:
+        self.objective.plot(metrics_path, run_dir)
 
 
 def train(model: nn.Module, objective: Objective, data: BatchSource, cfg: LoopConfig, run_dir: str | Path, *,
@@ -314,228 +304,19 @@ def train(model: nn.Module, objective: Objective, data: BatchSource, cfg: LoopCo
           title: str = "") -> LoopResult:
     """Train ``model`` on ``data`` with ``objective`` in ``run_dir`` (or continue its latest checkpoint).
 
-    The caller builds the model (seeded, on CPU) before calling; the loop moves it to the device, seeds every rank
-    with ``cfg.seed + rank`` for what happens during training (dropout, augmentation draws in the objective),
-    and restores everything from the checkpoint on ``resume``. ``stop_at_step`` / ``max_minutes`` end this
-    invocation early without touching the LR schedule (set by ``cfg.max_steps``). ``extra`` (JSON-able) is
-    stored in every checkpoint's ``state.json``.
+    The caller builds the model (seeded, on CPU) before calling; the loop moves it to the device and the skeleton
+    (:func:`duet.train.runner.run_steps`) seeds every rank with ``cfg.seed + rank`` for what happens during
+    training (dropout, augmentation draws in the objective), or restores everything from the checkpoint on
+    ``resume``. ``stop_at_step`` / ``max_minutes`` end this invocation early without touching the LR schedule (set
+    by ``cfg.max_steps``). ``extra`` (JSON-able) is stored in every checkpoint's ``state.json``.
     """
-    run_dir = Path(run_dir)
     env = setup_distributed(cfg.device)
     try:
-        return _train(model, objective, data, cfg, run_dir, env, val_batches=val_batches, resume=resume,
-                      stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra or {},
-                      title=title)
+        model.to(env.device)
+        model.train()
+        runner = ObjectiveRunner(model, objective, data, cfg, env, val_batches)
+        return run_steps(runner, Cadence.of(cfg), Path(run_dir), env, resume=resume, stop_at_step=stop_at_step,
+                         max_minutes=max_minutes, progress=progress, extra=extra, title=title)
     finally:
         if env.owns_group and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _train(model, objective, data, cfg, run_dir, env, *, val_batches, resume, stop_at_step, max_minutes, progress,
-           extra, title) -> LoopResult:
-    main = env.is_main
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    model.to(env.device)
-    model.train()
-    optimizer = build_optimizer(model, cfg, objective.lr_multipliers())
-    modules, optimizers = {"model": model}, {"optimizer": optimizer}
-
-    step, epoch, batches_done = 0, 0, 0
-    skipped, bad_evals, trained_seconds = 0, 0, 0.0
-    generators = objective.generators()
-    best_val: float | None = None
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if not resume and latest_checkpoint(run_dir) is not None:  # fresh steps would interleave with the old ones
-        raise DuetError(f"{run_dir} already holds checkpoints; resume the run or train into another directory")
-    if ckpt is not None:
-        state = load_checkpoint(ckpt, modules, optimizers)
-        saved = state.get("extra", {})
-        step = state["step"]
-        epoch, batches_done = saved["epoch"], saved["batches_done"]
-        skipped, bad_evals = saved["skipped_steps"], saved["bad_evals"]
-        best_val, trained_seconds = saved["best_val"], saved["train_seconds"]
-        ranks = saved.get("rng", [])
-        if len(ranks) == env.world_size:
-            _set_rng_state(ranks[env.rank], env.device, generators)
-        else:  # another world size: rank 0's states from the checkpoint module, fresh seeds elsewhere
-            _seed_all(cfg.seed + env.rank + 7919 * step, generators, rank0_keeps=env.is_main)
-            if main:
-                print(f"note: checkpoint written by {len(ranks)} ranks, resumed on {env.world_size}; data order "
-                      "and RNG streams continue approximately", file=sys.stderr)
-        if main:
-            print(f"resumed {run_dir} at step {step} ({ckpt.name})", file=sys.stderr)
-    else:
-        _seed_all(cfg.seed + env.rank, generators)
-
-    train_model: nn.Module = model
-    if env.distributed:
-        train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=step if ckpt is not None else None) if main else None
-    per_step = env.world_size * cfg.accum_steps
-    end = cfg.max_steps if stop_at_step is None else min(stop_at_step, cfg.max_steps)
-    autocast = (lambda: torch.autocast(env.device.type, dtype=torch.bfloat16)) if cfg.bf16 else contextlib.nullcontext
-
-    def checkpoint() -> None:
-        nonlocal last_save
-        rng = [_rng_state(env.device, generators)]
-        if env.distributed:
-            rng = [None] * env.world_size
-            dist.all_gather_object(rng, _rng_state(env.device, generators))  # in-memory transport; the file is JSON
-        if main:
-            save_checkpoint(run_dir, step, modules, optimizers, keep=cfg.keep_checkpoints,
-                            extra={**extra, "epoch": epoch, "batches_done": batches_done, "skipped_steps": skipped,
-                                   "bad_evals": bad_evals, "best_val": best_val, "train_seconds": trained_seconds,
-                                   "world_size": env.world_size, "accum_steps": cfg.accum_steps, "rng": rng})
-            redraw()
-        last_save = time.time()
-
-    def redraw() -> None:
-        plot_metrics(run_dir / "metrics.jsonl", run_dir / "loss.png", keys=_plot_keys(run_dir / "metrics.jsonl"),
-                     title=title or run_dir.name)
-        objective.plot(run_dir / "metrics.jsonl", run_dir)
-
-    def validate() -> dict[str, float]:
-        model.eval()
-        sums: dict[str, float] = {}
-        with torch.no_grad(), autocast():
-            for batch in val_batches:
-                for k, v in objective.evaluate(model, to_device(batch, env.device)).items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-        model.train()
-        keys = sorted(sums)
-        # Every rank computed the same numbers; averaging makes them agree to the bit all the same.
-        means = _all_mean([sums[k] / len(val_batches) for k in keys], env)
-        return {f"val_{k}": v for k, v in zip(keys, means)}
-
-    from tqdm import tqdm
-
-    bar = tqdm(total=end, initial=step, desc=title or objective.name, disable=not (progress and main),
-               mininterval=1 if sys.stderr.isatty() else 60, dynamic_ncols=True)
-    if main and ckpt is None and cfg.diag_every and (diag := objective.diagnostics(model)):
-        metrics.log(0, **diag)  # the curves start at the initialisation
-    started = last_save = time.time()
-    last: dict[str, float] = {}
-    stopped = "end" if end == cfg.max_steps else "stop_at"
-    plan: Sequence[Any] | None = None
-    plan_epoch = -1
-    with StopOnSignal() as flag:
-        while step < end:
-            if plan_epoch != epoch:
-                plan, plan_epoch = data.epoch(epoch), epoch
-                if len(plan) < per_step:
-                    raise DuetError(f"an epoch has {len(plan)} batches, fewer than one step needs "
-                                    f"({env.world_size} ranks x {cfg.accum_steps} accumulation steps)")
-            if batches_done + per_step > len(plan):
-                epoch, batches_done = epoch + 1, 0
-                continue
-            t0 = time.time()
-            lr = warmup_cosine(step, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.final_lr_ratio)
-            for group in optimizer.param_groups:
-                group["lr"] = lr * group["lr_mult"]
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum, metric_sums = 0.0, {}
-            for a in range(cfg.accum_steps):
-                batch = to_device(plan[batches_done + a * env.world_size + env.rank], env.device)
-                sync = not env.distributed or a == cfg.accum_steps - 1
-                with contextlib.nullcontext() if sync else train_model.no_sync():
-                    with autocast():
-                        loss, values = objective.loss(train_model, batch)
-                    (loss / cfg.accum_steps).backward()
-                loss_sum += float(loss.detach())
-                for k, v in values.items():
-                    metric_sums[k] = metric_sums.get(k, 0.0) + float(v)
-            batches_done += per_step
-            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-            bad = not (math.isfinite(loss_sum) and math.isfinite(grad_norm))
-            out_of_time = max_minutes is not None and time.time() - started > max_minutes * 60
-            due = time.time() - last_save > cfg.checkpoint_minutes * 60
-            bad, signalled, out_of_time, due = (bool(x) for x in _all_max(
-                [float(bad), float(flag.stop), float(out_of_time), float(due)], env))
-            if bad:  # the non-finite guard: no update (weights, moments and AdamW's step count stay as they were)
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-            else:
-                optimizer.step()
-            step += 1
-            dt = time.time() - t0
-            trained_seconds += dt
-
-            if bad or step % cfg.log_every == 0 or step == end:
-                keys = sorted(metric_sums)
-                means = _all_mean([loss_sum / cfg.accum_steps] + [metric_sums[k] / cfg.accum_steps for k in keys],
-                                  env)
-                last = {"loss": means[0], **dict(zip(keys, means[1:]))}
-                if main:
-                    fields = {**last, "lr": lr, "grad_norm": grad_norm, "sec_per_step": dt, "epoch": epoch}
-                    if bad:
-                        fields.update(skipped=1, skipped_total=skipped)
-                        bar.write(f"step {step}: non-finite loss {loss_sum} or gradient norm {grad_norm}; "
-                                  f"update skipped ({skipped} so far)")
-                    metrics.log(step, **fields)
-            if val_batches and cfg.val_every and step % cfg.val_every == 0:
-                val = validate()
-                improved = best_val is None or val["val_loss"] < best_val - cfg.min_delta
-                if improved:
-                    best_val, bad_evals = val["val_loss"], 0
-                    if main:
-                        save_checkpoint(run_dir / BEST, step, modules, {}, keep=1,
-                                        extra={**extra, "val_loss": best_val})
-                else:
-                    bad_evals += 1
-                if main:
-                    metrics.log(step, **val, best_val_loss=best_val)
-            if main and cfg.diag_every and step % cfg.diag_every == 0 and (diag := objective.diagnostics(model)):
-                metrics.log(step, **diag)
-            if main:
-                bar.update(1)
-                bar.set_postfix(loss=f"{last.get('loss', float('nan')):.3f}", lr=f"{lr:.2e}",
-                                gnorm=f"{grad_norm:.2f}", refresh=False)
-            early = cfg.patience > 0 and bad_evals >= cfg.patience
-            stop_now = signalled or out_of_time or early
-            if stop_now or step == end or due or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                checkpoint()
-            if stop_now:
-                stopped = "early_stop" if early else ("signal" if signalled else "time")
-                if main:
-                    bar.write(f"stopping at step {step} ({stopped.replace('_', ' ')})")
-                break
-    bar.close()
-    return LoopResult(step=step, run_dir=run_dir, last=last, skipped_steps=skipped, best_val=best_val,
-                      stopped=stopped)
-
-
-def _plot_keys(metrics_path: Path) -> list[str]:
-    """Numeric metrics in reading order: losses first, then validation, optimisation, diagnostics, bookkeeping."""
-    seen: dict[str, None] = {}
-    for record in read_metrics(metrics_path):
-        for key, value in record.items():
-            if key not in ("step", "time") and isinstance(value, (int, float)) and not isinstance(value, bool):
-                seen.setdefault(key)
-
-    def rank(key: str) -> int:
-        if key == "loss":
-            return 0
-        if key.startswith("val_") or key == "best_val_loss":
-            return 2
-        if key in ("grad_norm", "lr"):
-            return 3
-        if key.startswith("rank_"):
-            return 4
-        if key in ("sec_per_step", "epoch", "skipped", "skipped_total"):
-            return 5
-        return 1  # the objective's own losses
-
-    return sorted(seen, key=rank)  # stable: reading order within a rank
-
-
-def _seed_all(seed: int, generators: Mapping[str, torch.Generator], rank0_keeps: bool = False) -> None:
-    if rank0_keeps:
-        return
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-    for i, gen in enumerate(generators.values()):  # streams distinct from the global one and from each other
-        gen.manual_seed(seed + 1_000_003 * (i + 1))

@@ -6,7 +6,7 @@ A recipe config is a frozen dataclass with at least ``name`` (its preset), ``sha
 ``max_batch_size`` / ``seed`` / ``val_items``), ``loop`` (:class:`duet.train.loop.LoopConfig`) and, where the
 recipe trains its tokenizer, ``bpe_vocab``; this module holds the pieces that only touch those:
 
-- :func:`read_run_config` / :func:`write_run_config`: a run's ``config.json`` (``duet.config_io``);
+- :func:`read_run_config` / :func:`write_run_config` (``duet.train.runner``, one for every run): ``config.json``;
 - :func:`run_config`: the config a run uses (the saved one, merged, on a resume);
 - :func:`merge_resume`: on ``--resume`` the run's saved config wins; only the data paths and the loop fields that do
   not change the steps already taken (:data:`RESUMABLE_LOOP_FIELDS`) may differ;
@@ -34,12 +34,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from duet.config_io import from_dict, to_dict
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.text.phonemes import DEFAULT_VOICE
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
-from duet.train.loop import BEST, LoopResult, Objective, setup_distributed, train
+from duet.train.distributed import setup_distributed
+from duet.train.loop import Objective, train
+from duet.train.runner import BEST, CONFIG, LoopResult, read_run_config, resume_point, write_run_config
 
 TRAIN_BPE = "train-bpe"
 TRAIN_PHONEME_BPE = "train-phoneme-bpe"  # the same BPE over espeak-ng's IPA of the texts (duet.text.phonemes)
@@ -51,17 +52,6 @@ RESUMABLE_LOOP_FIELDS = ("max_steps", "log_every", "val_every", "diag_every", "c
                          "checkpoint_minutes", "keep_checkpoints", "patience", "min_delta", "device")
 
 C = TypeVar("C")
-
-CONFIG = "config.json"  # the run's recipe config, written by rank 0 at every start; a resume reads it back
-
-
-def read_run_config(run_dir: str | Path, cls: type[C]) -> C:
-    """A run's ``config.json`` as the recipe config ``cls`` (OSError when there is none)."""
-    return from_dict(cls, json.loads((Path(run_dir) / CONFIG).read_text()))
-
-
-def write_run_config(run_dir: Path, cfg: Any) -> None:
-    (run_dir / CONFIG).write_text(json.dumps(to_dict(cfg), indent=2) + "\n")
 
 
 def merge_resume(saved: C, cfg: C | None) -> C:
@@ -141,8 +131,7 @@ def run_recipe(cfg: Any, run_dir: Path, *, model: Any, data: Any, build: Callabl
         torch.set_num_threads(threads)
     env = setup_distributed(cfg.loop.device)
     try:
-        if not resume and latest_checkpoint(run_dir) is not None:  # every rank sees it: none waits for another
-            raise DuetError(f"{run_dir} already holds a run; --resume it or choose another --out")
+        resume_point(run_dir, resume)  # before config.json is rewritten; every rank sees it: none waits for another
         if env.is_main:  # one writer; the other ranks wait at the barrier below
             run_dir.mkdir(parents=True, exist_ok=True)
             write_run_config(run_dir, cfg)

@@ -38,8 +38,9 @@ from duet.gepard.data import GepardData, GepardDataConfig
 from duet.gepard.generate import SamplingConfig
 from duet.gepard.model import GepardModel
 from duet.train import recipe as driver
-from duet.train.loop import LoopConfig, LoopResult
+from duet.train.loop import LoopConfig
 from duet.train.objectives.gepard import GepardPretrain
+from duet.train.runner import LoopResult
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,9 @@ from duet.luna.diffusion import DiffusionConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.shipped import load_luna, save_luna
 from duet.train import recipe as driver
-from duet.train.loop import LoopConfig, LoopResult
+from duet.train.loop import LoopConfig
 from duet.train.objectives.luna import LunaDiffusion
+from duet.train.runner import LoopResult
 
 
 @dataclass(frozen=True)

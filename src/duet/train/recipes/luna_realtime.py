@@ -44,9 +44,10 @@ from duet.luna.realtime_loss import RealtimeObjective
 from duet.luna.shipped import load_luna, save_luna_realtime
 from duet.train import recipe as driver
 from duet.train.checkpoint import latest_checkpoint
-from duet.train.loop import LoopConfig, LoopResult
+from duet.train.loop import LoopConfig
 from duet.train.objectives.luna import LunaRealtimeDiffusion
 from duet.train.recipes.luna import luna_data_options
+from duet.train.runner import LoopResult
 
 DEFAULT_PRESET = "luna-realtime-tiny"
 

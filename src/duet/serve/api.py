@@ -1,6 +1,7 @@
 """OpenAI-compatible HTTP API over the engine: ``POST /v1/audio/speech``, ``GET /v1/models``, ``GET /health``,
-``GET /metrics`` (Prometheus text), ``GET /v1/audio/voices`` (duet: built-in speakers and cloning support) and the
-web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download the WAV).
+``GET /metrics`` (Prometheus text), ``GET /v1/audio/voices`` (duet: built-in speakers and cloning support), the
+web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download the WAV) and the WebSocket
+``/v1/audio/speech/stream`` that speaks text while it is still arriving (``text_stream.py``).
 
 Request fields and the SSE event shapes are in ``schemas.py``; byte encodings in ``audio_io.py``.
 Every error is OpenAI's JSON shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 404 unknown
@@ -58,6 +59,7 @@ from duet.serve.schemas import (
     error_body,
     sse,
 )
+from duet.serve.text_stream import add_text_stream
 from duet.serve.web import ROUTES as WEB_ROUTES
 from duet.serve.web import add_page
 
@@ -221,6 +223,9 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
         a turn, so a burst of expensive texts cannot take every core from the engine."""
         with preparing:
             return engine.admit(synth)
+
+    add_text_stream(app, engine, config.text_stream, prepare=prepare,
+                    to_synthesis=lambda req: _to_synthesis(req, None, config, engine, model_names))
 
     @app.post("/v1/audio/speech")
     async def speech(request: Request) -> Response:

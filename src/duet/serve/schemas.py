@@ -64,11 +64,30 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from duet.errors import DuetError
 from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT
+from duet.text.segmenter import SegmenterConfig
 
 RESPONSE_FORMATS = ("wav", "pcm", "flac")
 STREAMABLE_FORMATS = ("wav", "pcm")
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
 FINISH_HEADER = "X-Finish-Reason"
+
+
+@dataclass(frozen=True)
+class TextStreamConfig:
+    """Limits and pacing of a text-streaming session (``duet.serve.text_stream``)."""
+
+    idle_timeout_s: float = 30.0  # the first message, and each later one, within this of the one before
+    max_session_chars: int = 20_000  # text of one session, all deltas together
+    max_session_s: float = 900.0  # wall clock of one session
+    gap_seconds: float = 0.15  # silence between pieces, as between the sentences of ``duet speak``
+    poll_s: float = 0.05  # how often a session looks at the clock (a stalled LLM, the limits)
+    segmenter: SegmenterConfig = SegmenterConfig()
+
+    def __post_init__(self) -> None:
+        if not all(t > 0 for t in (self.idle_timeout_s, self.max_session_s, self.poll_s)):
+            raise DuetError("text-stream timeouts must be positive seconds")
+        if self.max_session_chars < 1 or self.gap_seconds < 0:
+            raise DuetError("max_session_chars must be positive and gap_seconds not negative")
 
 
 @dataclass(frozen=True)
@@ -89,6 +108,7 @@ class ServeConfig:
     stream_idle_timeout_s: float = 30.0  # a streamed response its client does not read for this long is cut
     api_docs: bool = False  # FastAPI's /docs, /redoc and /openapi.json (off unless asked: --api-docs)
     max_preparing: int = 2  # text preparations running at once (each holds a core); the others wait their turn
+    text_stream: TextStreamConfig = TextStreamConfig()  # /v1/audio/speech/stream
 
     def __post_init__(self) -> None:
         timeouts = (self.header_timeout_s, self.body_timeout_s, self.stream_idle_timeout_s, self.disconnect_poll_s)

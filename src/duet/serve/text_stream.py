@@ -1,0 +1,342 @@
+"""Speak while the text is still arriving: the WebSocket route ``/v1/audio/speech/stream``.
+
+A voice assistant feeds the TTS an LLM's token stream. The session cuts that stream into pieces as soon as a piece
+can be spoken (``duet.text.segmenter``: a sentence end, a clause after a few words, the length bound, or a stall)
+and speaks each piece through the engine as one request, in order, the next one already generating while the
+current one streams. Pieces of a session share its voice and sampling fields, and piece i samples with seed
+``seed + i``, as ``duet speak`` seeds the sentences of one text; ``gap_seconds`` of silence separate them, as
+between the sentences of ``duet speak``.
+
+Protocol: JSON text messages; audio is binary messages of 16-bit little-endian mono PCM at the session's
+``sample_rate``.
+
+client -> server
+  ``{"type": "session.start", "model": ..., "voice": ..., "speed": ..., "seed": ..., "temperature": ..., ...}``
+      the first message: the fields of ``POST /v1/audio/speech`` except ``input``, ``response_format`` and
+      ``stream_format``, checked as that route checks them
+  ``{"type": "text.delta", "delta": "..."}``  any amount of text, from one character to paragraphs
+  ``{"type": "text.done"}``  the end of input: what is held is spoken, then the session ends
+  ``{"type": "session.cancel"}``  stop now: pieces in flight are cancelled and their engine slots freed
+server -> client
+  ``{"type": "session.started", "model", "sample_rate", "format": "pcm16", "seed"}``
+  ``{"type": "piece.started", "index", "text"}``, then its audio, then ``{"type": "piece.done", "index",
+  "finish_reason", "audio_seconds"}``
+  ``{"type": "session.done", "reason": "done" | "cancelled" | "error", "pieces", "audio_seconds"}``, then the
+  server closes the socket
+  ``{"type": "error", "message", "code"}``: a bad message is answered with this and the session goes on; a bad
+  ``session.start``, a limit or a failed piece ends the session after it.
+
+Limits (:class:`duet.serve.schemas.TextStreamConfig`): the first message and every later one within
+``idle_timeout_s`` of the one before; at most ``max_session_chars`` of text and ``max_session_s`` of wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Awaitable, Callable
+
+import numpy as np
+from fastapi import FastAPI, WebSocket
+from starlette.concurrency import run_in_threadpool
+from starlette.websockets import WebSocketDisconnect
+
+from duet.limits import SEED_LIMIT
+from duet.serve import audio_io
+from duet.serve.engine import Engine, RequestHandle
+from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
+from duet.serve.schemas import SpeechRequest, TextStreamConfig
+from duet.text.segmenter import TextSegmenter
+
+log = logging.getLogger("duet.serve")
+
+ROUTE = "/v1/audio/speech/stream"
+_START_FIELDS_REFUSED = ("input", "response_format", "stream_format")
+
+
+class SessionError(Exception):
+    """Ends a session with an error event (``code`` names the cause)."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class _Piece:
+    index: int
+    text: str
+    handle: RequestHandle
+
+
+class _Session:
+    """One client's session: reads its messages, cuts its text, speaks the pieces in order."""
+
+    def __init__(self, ws: WebSocket, engine: Engine, config: TextStreamConfig, base, seed: int,
+                 prepare: Callable[[Any], Any]):
+        self.ws, self.engine, self.config = ws, engine, config
+        self.base = base  # the session's SynthesisRequest; each piece replaces its text and seed
+        self.seed = seed
+        self.prepare = prepare
+        self.segmenter = TextSegmenter(config.segmenter)
+        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        self.handles: list[RequestHandle] = []
+        self.spoken = 0
+        self.audio_samples = 0
+        self.chars = 0
+        self._send_lock = asyncio.Lock()
+
+    async def send_json(self, event: dict[str, Any]) -> None:
+        async with self._send_lock:
+            await self.ws.send_text(json.dumps(event, separators=(",", ":")))
+
+    async def send_audio(self, audio: np.ndarray) -> None:
+        async with self._send_lock:
+            await self.ws.send_bytes(audio_io.pcm16(audio))
+
+    def queue(self, texts: list[str]) -> None:
+        for text in texts:
+            self.pieces.put_nowait(text)
+
+    # ---- input ----
+    def on_message(self, raw: str | bytes | None) -> str | None:
+        """Apply one client message; returns "done" or "cancel" when the input ends. Raises ValueError for a bad
+        message (answered with an error event) and SessionError for a limit."""
+        if not isinstance(raw, str):
+            raise ValueError("messages must be JSON text, not binary")
+        try:
+            msg = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not JSON: {err.msg} at character {err.pos}") from None
+        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+            raise ValueError('a message is a JSON object with a "type"')
+        kind = msg["type"]
+        if kind == "text.delta":
+            delta = msg.get("delta")
+            if not isinstance(delta, str):
+                raise ValueError('"text.delta" needs a string "delta"')
+            try:
+                delta.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ValueError(f"delta is not valid Unicode (a lone surrogate at character {err.start})") from None
+            self.chars += len(delta)
+            if self.chars > self.config.max_session_chars:
+                raise SessionError(f"the session's text passed {self.config.max_session_chars} characters",
+                                   "session_too_long")
+            self.queue(self.segmenter.push(delta, time.monotonic()))
+            return None
+        if kind == "text.done":
+            self.queue(self.segmenter.finish())
+            return "done"
+        if kind == "session.cancel":
+            return "cancel"
+        if kind == "session.start":
+            raise ValueError("the session has started already")
+        raise ValueError(f"unknown message type {kind!r}; expected text.delta, text.done or session.cancel")
+
+    # ---- output ----
+    async def submit_pieces(self, out: asyncio.Queue[_Piece | None]) -> None:
+        """Pieces -> engine requests, in order; ``out`` holds one, so at most two pieces generate at once."""
+        index = 0
+        while (text := await self.pieces.get()) is not None:
+            seed = (self.seed + index) % SEED_LIMIT
+            synth = replace(self.base, text=text, params=replace(self.base.params, seed=seed))
+            handle = await self._submit(synth)
+            self.handles.append(handle)
+            await out.put(_Piece(index, text, handle))
+            index += 1
+        await out.put(None)
+
+    async def _submit(self, synth) -> RequestHandle:
+        while True:
+            try:
+                admission = await run_in_threadpool(self.prepare, synth)
+                return self.engine.submit(synth, admission)
+            except QueueFull as err:  # busy: wait for a turn (the session's wall clock still bounds it)
+                await asyncio.sleep(min(max(err.retry_after_s, 0.05), 1.0))
+            except InvalidRequest as err:
+                raise SessionError(f"piece {synth.text!r}: {err}", err.code or "invalid_request") from err
+            except EngineClosed as err:
+                raise SessionError(str(err), "engine_down") from err
+
+    async def stream_pieces(self, submitted: asyncio.Queue[_Piece | None]) -> None:
+        gap = np.zeros(round(self.config.gap_seconds * self.engine.sample_rate), dtype=np.float32)
+        while (piece := await submitted.get()) is not None:
+            await self.send_json({"type": "piece.started", "index": piece.index, "text": piece.text})
+            samples = 0
+            if piece.index:
+                await self.send_audio(gap)
+                samples += len(gap)
+            try:
+                async for chunk in piece.handle:
+                    await self.send_audio(chunk)
+                    samples += len(chunk)
+            except GenerationFailed as err:
+                raise SessionError(f"piece {piece.index} failed: {err}", err.code or "generation_failed") from err
+            self.audio_samples += samples
+            self.spoken += 1
+            finish = piece.handle.finish
+            await self.send_json({"type": "piece.done", "index": piece.index,
+                                  "finish_reason": finish.reason if finish else None,
+                                  "audio_seconds": round(samples / self.engine.sample_rate, 3)})
+
+    async def speak(self) -> None:
+        submitted: asyncio.Queue[_Piece | None] = asyncio.Queue(maxsize=1)
+        submitter = asyncio.create_task(self.submit_pieces(submitted))
+        try:
+            await asyncio.gather(submitter, self.stream_pieces(submitted))
+        finally:
+            submitter.cancel()
+
+    def cancel_all(self) -> None:
+        for handle in self.handles:
+            handle.cancel()
+
+    def done_event(self, reason: str) -> dict[str, Any]:
+        return {"type": "session.done", "reason": reason, "pieces": self.spoken,
+                "audio_seconds": round(self.audio_samples / self.engine.sample_rate, 3)}
+
+
+async def _read_start(ws: WebSocket, config: TextStreamConfig) -> SpeechRequest:
+    try:
+        raw = await asyncio.wait_for(ws.receive_text(), config.idle_timeout_s)
+    except TimeoutError:
+        raise SessionError(f"no session.start within {config.idle_timeout_s:g} s", "idle_timeout") from None
+    except KeyError:  # a binary first message
+        raise SessionError("the first message must be JSON text", "invalid_message") from None
+    try:
+        msg = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise SessionError(f"the first message is not JSON: {err.msg}", "invalid_message") from None
+    if not isinstance(msg, dict) or msg.get("type") != "session.start":
+        raise SessionError('the first message must be {"type": "session.start", ...}', "invalid_message")
+    fields = {k: v for k, v in msg.items() if k != "type"}
+    refused = [k for k in _START_FIELDS_REFUSED if k in fields]
+    if refused:
+        raise SessionError(f"session.start takes no {', '.join(refused)}: text comes as text.delta messages and "
+                           "audio as 16-bit PCM", "invalid_message")
+    try:
+        # the text is checked piece by piece; "-" only satisfies the schema's required field
+        return SpeechRequest.model_validate({**fields, "input": "-", "response_format": "pcm"})
+    except Exception as err:  # pydantic's ValidationError: name the first problem
+        errors = getattr(err, "errors", lambda: [])()
+        first = errors[0] if errors else {"loc": (), "msg": str(err)}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise SessionError(f"session.start: {where}: {first.get('msg')}", "invalid_message") from None
+
+
+async def run_session(ws: WebSocket, engine: Engine, config: TextStreamConfig,
+                      to_synthesis: Callable[[SpeechRequest], Awaitable[Any]],
+                      prepare: Callable[[Any], Any]) -> None:
+    """One WebSocket session, from accept to close; nothing a client sends escapes it as an exception."""
+    await ws.accept()
+    try:
+        base = await to_synthesis(await _read_start(ws, config))
+    except SessionError as err:
+        await _end(ws, {"type": "error", "message": str(err), "code": err.code}, code=1008)
+        return
+    except WebSocketDisconnect:
+        return
+    except Exception as err:  # the speech route's own error (ApiError): same message, same code
+        await _end(ws, {"type": "error", "message": str(err), "code": getattr(err, "code", None) or "invalid_request"},
+                   code=1008)
+        return
+    seed = base.params.seed if base.params.seed is not None else random.SystemRandom().randrange(SEED_LIMIT)
+    session = _Session(ws, engine, config, base, seed, prepare)
+    await session.send_json({"type": "session.started", "model": engine.adapter.name,
+                             "sample_rate": engine.sample_rate, "format": "pcm16", "seed": seed})
+    inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+    reader = asyncio.create_task(_read_into(ws, inbox))
+    speaker = asyncio.create_task(session.speak())
+    started = time.monotonic()
+    last_message = started
+    reason, error = "done", None
+    try:
+        input_open = True
+        while True:
+            now = time.monotonic()
+            if now - started > config.max_session_s:
+                raise SessionError(f"the session passed its {config.max_session_s:g} s limit", "session_too_long")
+            if speaker.done():
+                speaker.result()  # raises the piece's failure
+                break
+            if not input_open:
+                await asyncio.wait({speaker}, timeout=config.poll_s)
+                continue
+            try:
+                raw = await asyncio.wait_for(inbox.get(), config.poll_s)
+            except TimeoutError:
+                if time.monotonic() - last_message > config.idle_timeout_s:
+                    raise SessionError(f"no message for {config.idle_timeout_s:g} s", "idle_timeout") from None
+                session.queue(session.segmenter.poll(time.monotonic()))
+                continue
+            last_message = time.monotonic()
+            if raw is None:  # the client went away
+                reason = "cancelled"
+                return
+            try:
+                ended = session.on_message(raw)
+            except ValueError as err:
+                await session.send_json({"type": "error", "message": str(err), "code": "invalid_message"})
+                continue
+            if ended == "cancel":
+                reason = "cancelled"
+                break
+            if ended == "done":
+                session.pieces.put_nowait(None)
+                input_open = False
+    except SessionError as err:
+        reason, error = "error", {"type": "error", "message": str(err), "code": err.code}
+    except WebSocketDisconnect:
+        reason = "cancelled"
+        return
+    except Exception as err:  # a failure of ours (the client's socket, the engine): this session only
+        log.exception("text-stream session failed")
+        reason, error = "error", {"type": "error", "message": f"server error: {err}", "code": "server_error"}
+    finally:
+        speaker.cancel()
+        reader.cancel()
+        session.cancel_all()  # frees the engine slots of pieces still in flight
+        if reason != "cancelled" or not _gone(ws):
+            events = ([error] if error else []) + [session.done_event(reason)]
+            await _end(ws, *events)
+
+
+def _gone(ws: WebSocket) -> bool:
+    from starlette.websockets import WebSocketState
+
+    return ws.client_state != WebSocketState.CONNECTED or ws.application_state != WebSocketState.CONNECTED
+
+
+async def _read_into(ws: WebSocket, inbox: asyncio.Queue) -> None:
+    """Client messages -> ``inbox`` (text or bytes); None when the client disconnects."""
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            inbox.put_nowait(message.get("text") if message.get("text") is not None else message.get("bytes"))
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    inbox.put_nowait(None)
+
+
+async def _end(ws: WebSocket, *events: dict[str, Any], code: int = 1000) -> None:
+    """Send the closing events and close; a client that has gone already is not an error."""
+    try:
+        for event in events:
+            await ws.send_text(json.dumps(event, separators=(",", ":")))
+        await ws.close(code)
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+
+
+def add_text_stream(app: FastAPI, engine: Engine, config: TextStreamConfig,
+                    to_synthesis: Callable[[SpeechRequest], Awaitable[Any]], prepare: Callable[[Any], Any]) -> None:
+    @app.websocket(ROUTE)
+    async def speech_stream(ws: WebSocket) -> None:
+        await run_session(ws, engine, config, to_synthesis, prepare)

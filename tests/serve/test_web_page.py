@@ -120,3 +120,20 @@ def test_api_errors_are_shown(page):
     page.click("#speak")
     page.wait_for("window.duet.state === 'error'")
     assert "limit is 200" in page.eval("document.querySelector('#status').textContent")
+
+
+def test_type_and_hear_speaks_each_sentence_while_typing(page, server):
+    page.eval("document.querySelector('#live').checked = true")
+    page.type("#seed", str(SEED))
+    page.type("#text", "Hello there, my good friend. How")
+    page.wait_for("window.duet.pieces.length === 1 && window.duet.samples > 0")  # spoken before the input ends
+    assert page.eval("window.duet.pieces") == ["Hello there, my good friend."]
+    page.type("#text", " are you")
+    page.click("#speak")  # the end of input: the rest is spoken
+    page.wait_for("window.duet.state === 'done' || window.duet.state === 'error'")
+    state = page.eval("window.duet")
+    assert state["state"] == "done", state
+    assert state["pieces"] == ["Hello there, my good friend.", "How are you"]
+    gap = round(0.15 * 16_000)  # TextStreamConfig.gap_seconds between pieces
+    assert state["samples"] == 320 * (len(state["pieces"][0]) + len(state["pieces"][1])) + gap
+    assert state["wavBytes"] == 44 + 2 * state["samples"]

@@ -2,8 +2,9 @@
 
 The page (``index.html`` + ``app.js``) lists models from ``/v1/models`` and voices from ``/v1/audio/voices``,
 posts to ``/v1/audio/speech`` with ``stream_format="sse"``, plays each PCM chunk through WebAudio as it arrives and
-offers the whole utterance as a WAV download. It talks to the public API only, so it is also a worked example of
-a streaming client.
+offers the whole utterance as a WAV download; in "type and hear" mode it opens a ``/v1/audio/speech/stream``
+session and sends the text as it is typed, so each sentence is heard as soon as it is finished. It talks to the
+public API only, so it is also a worked example of both streaming clients.
 """
 
 from __future__ import annotations

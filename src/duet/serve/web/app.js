@@ -6,6 +6,10 @@
 // clock, so playback starts with the first chunk instead of after the whole utterance. The same samples are kept
 // and turned into a WAV file at the end (or at Stop). No build step, no dependencies: plain browser APIs.
 //
+// "Type and hear" mode: a WebSocket session on /v1/audio/speech/stream (duet/serve/text_stream.py). Text typed at
+// the end of the box is sent as deltas while you type; the server speaks each sentence or clause as soon as it is
+// complete, sending binary 16-bit PCM that plays through the same StreamPlayer; Speak sends the end of input.
+//
 // `window.duet` exposes what happened (state, samples received, TTFA, underruns, WAV size) for the headless
 // browser test (tests/serve/test_web_page.py) and for anyone curious in the console.
 "use strict";
@@ -16,7 +20,7 @@ const LEAD_S = 0.1; // scheduling headroom after an underrun: a little latency b
 const duet = (window.duet = {
   state: "loading", // loading | idle | streaming | done | stopped | error
   samples: 0, chunks: 0, sampleRate: 0, ttfaMs: null, underruns: 0, wavBytes: 0,
-  finishReason: null, error: null,
+  finishReason: null, error: null, pieces: [],
 });
 
 function setStatus(state, text) {
@@ -196,11 +200,109 @@ async function speak(event) {
 
 function stop() {
   if (controller) controller.abort(); // closes the connection: the server frees the slot at its next step
+  if (live) live.ws.send(JSON.stringify({ type: "session.cancel" }));
   if (player) player.stop();
 }
 
+// --- type and hear ---------------------------------------------------------------------------------------------
+
+let live = null; // { ws, sent, chunks, t0 } while a session is open
+
+function startLive() {
+  ctx = ctx || new AudioContext(); // typing is a user gesture too
+  ctx.resume();
+  if (player) player.stop();
+  Object.assign(duet, { samples: 0, chunks: 0, ttfaMs: null, underruns: 0, wavBytes: 0, finishReason: null,
+                        error: null, pieces: [] });
+  $("download").hidden = true;
+  $("stop").disabled = false;
+  showStats();
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/audio/speech/stream`);
+  ws.binaryType = "arraybuffer";
+  const session = { ws, sent: "", chunks: [], t0: performance.now(), open: false };
+  live = session;
+  player = new StreamPlayer(ctx, duet.sampleRate);
+  const start = { type: "session.start", model: $("model").value, voice: $("voice").value };
+  if ($("seed").value !== "") start.seed = Number($("seed").value);
+  ws.onopen = () => {
+    ws.send(JSON.stringify(start));
+    session.open = true;
+    sendTyped();
+  };
+  ws.onmessage = (msg) => {
+    if (msg.data instanceof ArrayBuffer) {
+      const pcm = new Int16Array(msg.data.slice(0)); // little-endian on every platform browsers run on
+      if (duet.ttfaMs === null) duet.ttfaMs = performance.now() - session.t0;
+      session.chunks.push(pcm);
+      duet.samples += pcm.length;
+      duet.chunks++;
+      player.play(pcm);
+      showStats();
+      return;
+    }
+    const ev = JSON.parse(msg.data);
+    if (ev.type === "session.started") {
+      duet.sampleRate = ev.sample_rate;
+      player.rate = ev.sample_rate;
+    } else if (ev.type === "piece.started") {
+      duet.pieces.push(ev.text);
+      setStatus("streaming", `Speaking: ${ev.text}`);
+    } else if (ev.type === "error") {
+      duet.error = ev.message;
+      setStatus("error", `Error: ${ev.message}`);
+    } else if (ev.type === "session.done") {
+      duet.finishReason = ev.reason;
+      if (session.chunks.length) offerDownload(session.chunks);
+      if (ev.reason !== "error") {
+        setStatus(ev.reason === "done" ? "done" : "stopped",
+                  `${ev.reason === "done" ? "Done" : "Stopped"}: ${ev.audio_seconds.toFixed(2)} s of audio in ` +
+                  `${ev.pieces} pieces.`);
+      }
+    }
+  };
+  ws.onclose = () => {
+    if (live === session) live = null;
+    $("stop").disabled = true;
+    showStats();
+  };
+  setStatus("streaming", "Listening to your typing...");
+}
+
+// Sends what was typed at the end of the box since the last delta; text already sent cannot be taken back.
+function sendTyped() {
+  if (!live || !live.open) return;
+  const text = $("text").value;
+  if (!text.startsWith(live.sent)) {
+    setStatus("streaming", "Text already sent is spoken as it was; type at the end.");
+    return;
+  }
+  const delta = text.slice(live.sent.length);
+  if (delta) live.ws.send(JSON.stringify({ type: "text.delta", delta }));
+  live.sent = text;
+}
+
+function typed() {
+  if (!$("live").checked) return;
+  if (!live) startLive();
+  else sendTyped();
+}
+
+function submit(event) {
+  if (!$("live").checked) return speak(event);
+  event.preventDefault();
+  if (!live) startLive();
+  const session = live;
+  const end = () => {
+    sendTyped();
+    session.ws.send(JSON.stringify({ type: "text.done" }));
+  };
+  if (session.open) end();
+  else session.ws.addEventListener("open", end, { once: true });
+}
+
 async function init() {
-  $("form").addEventListener("submit", speak);
+  $("form").addEventListener("submit", submit);
+  $("text").addEventListener("input", typed);
   $("stop").addEventListener("click", stop);
   try {
     const [models, voices] = await Promise.all([getJSON("/v1/models"), getJSON("/v1/audio/voices")]);

@@ -15,7 +15,7 @@ bound is ``--seconds`` x the frame rate, so every run does the same work whateve
 (with ``--model``) lets the trained end head stop the utterance instead (the speaker's defaults: no end before 0.8x
 the duration predictor's length, a bound at twice it + one block), and the audio length is whatever the model made.
 
-One run = ``RealtimeSpeaker.chunks`` over one sentence, through the same code path as ``duet speak --stream``:
+One run = ``Speaker.chunks`` over one sentence, through the same code path as ``duet speak --stream``:
 prefill of the text, then per block S refinement steps over the active block with committed blocks in the KV cache,
 commit, and the causal codec's streaming decode of that block. Timed with ``time.perf_counter`` from the call:
 
@@ -50,18 +50,18 @@ TEXT = ("The old lighthouse keeper climbed the narrow stairs every evening at du
 
 
 def random_speaker(preset: str, device: str):
-    """A RealtimeSpeaker with random ``preset`` weights, a BPE trained on TEXT, and the duet-rvq codec."""
+    """A Speaker over a Luna Realtime runtime with random ``preset`` weights, a BPE trained on TEXT, and the duet-rvq codec."""
     from duet.codecs import load as load_codec
     from duet.codecs.registry import build
     from duet.errors import DuetError
     from duet.luna.bundle import RealtimeBundle
     from duet.luna.duration import duration_preset
     from duet.luna.realtime import realtime_preset
-    from duet.luna.shipped import LoadedRealtime
     from duet.text import get_tokenizer
     from duet.text.bpe import BPEConfig, save_bpe, train_bpe
     from duet.train.codec_config import preset as codec_preset
-    from duet.tts.luna_realtime import RealtimeSpeaker
+    from duet.tts.luna_realtime import RealtimeRuntime
+    from duet.tts.speaker import Speaker
 
     torch.manual_seed(0)
     bundle = RealtimeBundle(realtime_preset(preset), duration_preset(preset.replace("realtime-", "")))
@@ -71,8 +71,9 @@ def random_speaker(preset: str, device: str):
         codec, where = load_codec("duet-rvq", device=device), "shipped duet-rvq codec"
     except DuetError:
         codec, where = build("duet-rvq", codec_preset("rvq").model).eval().to(device), "duet-rvq codec, random weights"
-    loaded = LoadedRealtime(bundle.to(device).eval(), tokenizer, {"name": "duet-rvq"}, {}, Path(f"random {preset}"))
-    return RealtimeSpeaker(loaded, codec), f"{preset}, random weights; {where}"
+    bundle = bundle.to(device).eval()
+    runtime = RealtimeRuntime(bundle.acoustic, bundle.duration, tokenizer, codec, f"random {preset}")
+    return Speaker(runtime), f"{preset}, random weights; {where}"
 
 
 def one_run(speaker, steps: int, seed: int) -> dict[str, float]:
@@ -125,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     frames = round(args.seconds * speaker.codec.frame_rate)
     if not args.learned_end:
         with torch.no_grad():
-            speaker.model.end_head.bias.fill_(-30.0)  # never "past the end": every run is exactly --seconds
-        speaker.config = replace(speaker.config, bound_factor=None,
-                                 stream=replace(speaker.config.stream, max_frames=frames))
-    bk = speaker.block_size
+            speaker.runtime.model.end_head.bias.fill_(-30.0)  # never "past the end": every run is exactly --seconds
+        speaker.runtime.config = replace(speaker.runtime.config, bound_factor=None,
+                                         stream=replace(speaker.runtime.config.stream, max_frames=frames))
+    bk = speaker.runtime.block_size
     print(f"model: {what}; block {bk} frames ({bk / speaker.codec.frame_rate:.2f} s), {args.steps} steps per block, "
-          f"CFG {speaker.config.stream.decode.cfg_scale:g}; device {args.device}, {torch.get_num_threads()} threads")
+          f"CFG {speaker.runtime.config.stream.decode.cfg_scale:g}; device {args.device}, {torch.get_num_threads()} threads")
     with torch.inference_mode():
         one_run(speaker, args.steps, seed=-1)  # warm-up
         runs = [one_run(speaker, args.steps, seed=i) for i in range(args.runs)]

@@ -122,13 +122,9 @@ def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: i
 
         adapter = MockAdapter(MockConfig(max_frames=4096))
     else:
-        from duet.codecs import load
-        from duet.gepard.checkpoint import load_gepard
-        from duet.serve.gepard_adapter import GepardAdapter, GepardServeConfig, text_encoder
+        from duet.serve.adapter import load_adapter
 
-        loaded = load_gepard(checkpoint)
-        adapter = GepardAdapter(loaded.model, load(codec), text_encoder(loaded.tokenizer),
-                                GepardServeConfig(name="gepard"))
+        adapter = load_adapter(str(checkpoint), codec=str(codec) if codec else None, name="gepard")
     scheduler = SchedulerConfig(max_running=max_batch, max_waiting=256, cache_budget_bytes=4 * 1024**3)
     engine = Engine(adapter, EngineConfig(scheduler=scheduler, max_chunk_frames=max_chunk,
                                           torch_threads=threads or None))

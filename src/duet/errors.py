@@ -14,3 +14,13 @@ class MissingDependency(DuetError):
 
     def __init__(self, what: str, install_hint: str):
         super().__init__(f"{what} is not installed: {install_hint}")
+
+
+class InvalidRequest(DuetError):
+    """A request no model run can satisfy (unknown voice, too long for the model, ...), naming the field at fault:
+    ``duet speak`` prints it, the speech API answers HTTP 400 with ``param`` and ``code``."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code

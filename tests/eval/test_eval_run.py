@@ -218,10 +218,12 @@ def test_gepard_from_a_shipped_checkpoint(test_set, tmp_path):
 def test_a_bare_checkpoint_directory_is_read_by_its_type(tmp_path):
     from checkpoint_testing import write_tiny_gepard
     from duet.eval.synth import EngineSynthesizer
-    from duet.serve.gepard_adapter import GepardAdapter
+    from duet.serve.adapter import FamilyAdapter
+    from duet.tts.gepard import GepardRuntime
 
     synth = load_synthesizer(str(write_tiny_gepard(tmp_path / "ckpt")), SynthOptions(batch_size=2))
-    assert isinstance(synth, EngineSynthesizer) and isinstance(synth.adapter, GepardAdapter)
+    assert isinstance(synth, EngineSynthesizer) and isinstance(synth.adapter, FamilyAdapter)
+    assert isinstance(synth.adapter.runtime, GepardRuntime)
     synth.close()
     with pytest.raises(DuetError, match="neither a shipped model"):
         load_synthesizer(str(tmp_path / "nothing-here"))

@@ -68,14 +68,18 @@ def test_bad_specs_are_clear_errors(tmp_path):
         load_synthesizer(f"speaker:{tmp_path / 'nothing'}")
     with pytest.raises(DuetError, match="steps must be at least 1"):
         SynthOptions(steps=0)
-    with pytest.raises(DuetError, match="speaker:"):  # the engine has no per-request guidance scale
-        load_synthesizer("mock", SynthOptions(cfg_scale=2.0))
     with pytest.raises(DuetError, match="temperature"):
         SynthOptions(temperature=-1.0)
 
 
+def test_engine_runs_take_a_guidance_scale_per_request():
+    synth = load_synthesizer("mock", SynthOptions(cfg_scale=2.0))  # every family runtime reads params.cfg_scale
+    assert synth.params.cfg_scale == 2.0
+    synth.close()
+
+
 def test_engine_runs_take_the_models_sampling_defaults_where_unset():
-    from duet.serve.sampling import SamplingParams
+    from duet.tts.sampling import SamplingParams
 
     synth = load_synthesizer("mock", SynthOptions(temperature=0.0))
     assert synth.params == SamplingParams(temperature=0.0)  # the mock's top_k default (0) kept

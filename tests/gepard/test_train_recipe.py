@@ -298,10 +298,12 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
                  "--top-k", "0"]) == 0
     loaded = load_gepard(tmp_path / "export")
     assert loaded.model.is_aligned and loaded.sampling == {"temperature": 0.0, "top_k": 0}
-    from duet.tts.gepard import GepardSpeaker
+    from duet.tts.gepard import load_gepard_runtime
+    from duet.tts.speaker import Speaker
 
-    speaker = GepardSpeaker.from_pretrained(tmp_path / "export", codec="duet-fsq")  # the model's own defaults
-    assert (speaker.config.sampling.temperature, speaker.config.sampling.top_k) == (0.0, 0)
+    speaker = Speaker(load_gepard_runtime(tmp_path / "export", codec="duet-fsq"))  # the model's own defaults
+    params = speaker.runtime.default_params
+    assert (params.temperature, params.top_k) == (0.0, 0)
     with pytest.raises(DuetError, match="speed must be a positive"):  # an aligned model takes a speed, if positive
         speaker.speak("the quick", speed=0.0)
     # a bad default is refused with one line (exit 2), nothing written

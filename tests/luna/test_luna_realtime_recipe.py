@@ -34,7 +34,8 @@ from duet.train.recipes.luna_realtime import (
     recipe,
     train_luna_realtime,
 )
-from duet.tts.luna_realtime import RealtimeSpeaker
+from duet.tts.luna_realtime import RealtimeRuntimeConfig, load_realtime_runtime
+from duet.tts.speaker import Speaker
 
 Q, K = 4, 64  # rvq-tiny's grid, so the exported model speaks through a real (random) causal RVQ codec
 DATA = LunaDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)
@@ -111,11 +112,11 @@ def test_train_resume_export_load_and_stream(corpus, tmp_path):
     got = loaded.bundle.state_dict()
     assert got.keys() == best.keys() and all(torch.equal(got[k], best[k].half().float()) for k in got)
 
-    speaker = RealtimeSpeaker.from_pretrained(out, codec=str(codec))  # the corpus' codec is a hash: speak via rvq-tiny
-    speaker.config = replace(speaker.config, bound_factor=None,
-                             stream=replace(speaker.config.stream, max_frames=10))
+    config = RealtimeRuntimeConfig(bound_factor=None, stream=replace(RealtimeRuntimeConfig().stream, max_frames=10))
+    # the corpus' codec is a hash: speak via rvq-tiny
+    speaker = Speaker(load_realtime_runtime(out, codec=str(codec), config=config))
     with torch.no_grad():  # an end head trained 6 steps could stop anywhere: never stop, run to the bound
-        speaker.model.end_head.bias.fill_(-30.0)
+        speaker.runtime.model.end_head.bias.fill_(-30.0)
     text = "Thank you. Good morning."
     chunks = list(speaker.chunks(text, seed=5, steps=2))
     held = [(c.codes.clone(), c.audio.clone()) for c in chunks]

@@ -282,7 +282,8 @@ def test_data_align_writes_alignments_that_training_reads(corpus, tmp_path, caps
 
 
 def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
-    from duet.tts.luna import LunaSpeaker
+    from duet.tts.luna import load_luna_runtime
+    from duet.tts.speaker import Speaker
 
     manifest, shards, tokenizer = corpus
     untimed = _data(corpus).items[0].id  # a training utterance without timing: left out, counted
@@ -312,12 +313,12 @@ def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
     assert cfg.model.aligned_window == 1
     assert main(["luna", "--out", str(run), "--resume", "--aligned", "2", "--steps", "3", "--quiet"]) == 2
     assert main(["luna-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
-    speaker = LunaSpeaker.from_pretrained(tmp_path / "ship", codec="duet-rvq")
-    assert speaker.model.config.is_aligned
-    ids = luna_prompt("the quick", speaker.tokenizer)
-    layout = speaker.layout(ids, 30)  # the predictor's durations stretched over the 30 frames asked for
+    speaker = Speaker(load_luna_runtime(tmp_path / "ship", codec="duet-rvq"))
+    assert speaker.runtime.model.config.is_aligned
+    ids = luna_prompt("the quick", speaker.runtime.tokenizer)
+    layout = speaker.runtime.layout(ids, 30)  # the predictor's durations stretched over the 30 frames asked for
     assert layout.shape == (1, len(ids)) and float(layout.sum()) == pytest.approx(30.0, rel=1e-5)
-    cloned = speaker.layout(ids, 30, prompt_tokens=2, prompt_frames=12)
+    cloned = speaker.runtime.layout(ids, 30, prompt_tokens=2, prompt_frames=12)
     assert float(cloned[0, :2].sum()) == pytest.approx(12.0) and float(cloned[0, 2:].sum()) == pytest.approx(30.0)
     speech = speaker.speak("the quick", seed=0, steps=2)
     assert speech.audio.size > 0 and speech.sample_rate == speaker.sample_rate
@@ -326,18 +327,19 @@ def test_aligned_luna_reads_timing_trains_exports_and_speaks(corpus, tmp_path):
     assert speaker.speak("quick", seed=0, steps=2, prompt=prompt).audio.size > 0
     edited = speaker.edit(speech.audio, "the quick", (0.2, 0.5), seed=0, steps=2)
     a, b = edited.span
-    original = speaker.encode_grid(speech.audio)
+    original = speaker.runtime.encode_grid(speech.audio)
     assert torch.equal(edited.grid[:a], original[:a]) and torch.equal(edited.grid[b:], original[b:])
 
     # Luna Realtime continues from the aligned Luna, reads the same timing and streams with the predicted layout
     from duet.train.recipes.luna_realtime import main as realtime_main
-    from duet.tts.luna_realtime import RealtimeSpeaker
+    from duet.tts.luna_realtime import load_realtime_runtime
 
     rt = tmp_path / "rt"
     assert realtime_main(["luna-realtime", "--init-from", str(tmp_path / "ship"), "--shards", str(root / "codes"),
                           "--manifest", str(root / "manifest.jsonl"), "--out", str(rt), "--block-size", "4",
                           "--steps", "1", "--batch-frames", "200", "--val-every", "0", "--quiet"]) == 0
     assert realtime_main(["luna-realtime-export", str(rt), "--out", str(tmp_path / "rt-ship"), "--latest"]) == 0
-    streamer = RealtimeSpeaker.from_pretrained(tmp_path / "rt-ship", codec="duet-rvq")
-    assert streamer.model.config.luna.is_aligned and streamer.aligned_durations(ids).shape == (len(ids),)
+    streamer = Speaker(load_realtime_runtime(tmp_path / "rt-ship", codec="duet-rvq"))
+    runtime = streamer.runtime
+    assert runtime.model.config.luna.is_aligned and runtime.aligned_durations(ids).shape == (len(ids),)
     assert streamer.speak("the quick", seed=0, steps=2).audio.size > 0

@@ -13,8 +13,8 @@ from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.errors import InvalidRequest, QueueFull
 from duet.serve.mock import MockAdapter, MockConfig
-from duet.serve.sampling import SamplingParams
 from duet.serve.scheduler import SchedulerConfig
+from duet.tts.sampling import SamplingParams
 
 SPF = MockConfig().samples_per_frame
 

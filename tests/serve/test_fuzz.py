@@ -22,17 +22,11 @@ KEYS = ["model", "input", "voice", "response_format", "speed", "stream_format", 
 
 
 def _adapter(kind: str, root):
-    if kind == "gepard":
-        from duet.serve.gepard_adapter import load_gepard_adapter
+    from duet.serve.adapter import load_adapter
 
-        return load_gepard_adapter(str(write_tiny_gepard(root)), name="m")
-    if kind == "luna":
-        from duet.serve.luna_adapter import load_luna_adapter
-
-        return load_luna_adapter(str(write_tiny_luna(root)), name="m")
-    from duet.serve.luna_realtime_adapter import load_luna_realtime_adapter
-
-    return load_luna_realtime_adapter(str(write_tiny_luna_realtime(root, end_bias=20.0)), name="m")
+    write = {"gepard": write_tiny_gepard, "luna": write_tiny_luna,
+             "luna-realtime": lambda r: write_tiny_luna_realtime(r, end_bias=20.0)}
+    return load_adapter(str(write[kind](root)), name="m")
 
 
 def _raw(body: dict) -> bytes:

@@ -1,4 +1,4 @@
-"""The Gepard adapter on a micro GepardModel with random weights: batched KV-cached decoding is exact.
+"""Gepard's runtime behind the serving adapter on a micro GepardModel with random weights: batched KV-cached decoding is exact.
 
 Greedy decoding removes sampling from the comparison, so the served frames must equal the offline sampler's
 (``duet.gepard.generate``) for each request, alone or batched with others that join at different steps.
@@ -14,12 +14,12 @@ from duet.gepard.config import GepardConfig, with_aligned_input
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.nn.backbone import BackboneConfig
-from duet.serve.adapter import SynthesisRequest
+from duet.serve.adapter import FamilyAdapter, SynthesisRequest
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
-from duet.serve.gepard_adapter import GepardAdapter, GepardServeConfig
 from duet.serve.mock import MockCodec
-from duet.serve.sampling import SamplingParams
+from duet.tts.gepard import GepardRuntime, GepardRuntimeConfig
+from duet.tts.sampling import SamplingParams
 
 SOT, EOT, SOS = 61, 62, 63  # test-only service ids inside the micro vocabulary
 FRAMES = 12
@@ -35,8 +35,8 @@ def micro_model(aligned: bool = False) -> GepardModel:
     return GepardModel(config).eval()
 
 
-def encode(request: SynthesisRequest) -> list[int]:
-    return [SOT, *(ord(c) % 60 for c in request.text), EOT, SOS]
+def encode(text: str) -> list[int]:
+    return [SOT, *(ord(c) % 60 for c in text), EOT, SOS]
 
 
 def packed_codec() -> MockCodec:
@@ -51,8 +51,9 @@ def model(request):
     return micro_model().to(request.param)
 
 
-def adapter_for(model) -> GepardAdapter:
-    return GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64))
+def adapter_for(model, **config) -> FamilyAdapter:
+    config = {"max_frames": 64, **config}
+    return FamilyAdapter(GepardRuntime(model, packed_codec(), encode, "micro", GepardRuntimeConfig(**config)))
 
 
 def greedy(text: str) -> SynthesisRequest:
@@ -60,7 +61,7 @@ def greedy(text: str) -> SynthesisRequest:
 
 
 def offline(model, text: str) -> torch.Tensor:
-    prompt = GepardPrompt(torch.tensor([encode(SynthesisRequest(text=text))], device=model.embed_tokens.weight.device))
+    prompt = GepardPrompt(torch.tensor([encode(text)], device=model.embed_tokens.weight.device))
     result = generate(model, prompt, config=SamplingConfig(temperature=0, stop_threshold=0.999, max_frames=FRAMES,
                                                            margin_frames=FRAMES))
     assert result.lengths.item() == FRAMES  # random weights: the stop head never reaches 0.999
@@ -92,7 +93,7 @@ def test_served_greedy_frames_equal_the_offline_sampler(model):
     alone = run(adapter, {0: greedy(texts[0])})
     assert torch.equal(alone[0], expected[0])
     batched = run(adapter, {0: greedy(texts[0]), 3: greedy(texts[1]), 7: greedy(texts[2])})
-    assert adapter._pool.kv.shape[2] == 4  # slots were reused, not only added
+    assert adapter.runtime.pool.kv.shape[2] == 4  # slots were reused, not only added
     for i in range(3):
         assert torch.equal(batched[[0, 3, 7][i]], expected[i]), f"request {i} changed when batched"
 
@@ -103,7 +104,7 @@ def test_sampled_frames_of_one_seed_are_the_same_offline_and_served(model):
     texts, seeds = ["hello", "a much longer sentence here"], [11, 12]
     expected = []
     for text, seed in zip(texts, seeds):
-        prompt = GepardPrompt(torch.tensor([encode(SynthesisRequest(text=text))], device=device))
+        prompt = GepardPrompt(torch.tensor([encode(text)], device=device))
         config = SamplingConfig(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES,
                                 margin_frames=FRAMES, seed=seed)
         expected.append(GroupFSQ(FSQConfig()).fold(generate(model, prompt, config=config).codes.cpu())[0])
@@ -135,7 +136,7 @@ def test_cache_stays_within_the_reservation(model):
     state = adapter.prefill([request], [0])[0]
     for _ in range(FRAMES):
         adapter.step([state])
-    assert state.length == adapter.prompt_positions(request) + FRAMES == adapter._pool.kv.shape[4]
+    assert state.rows[0].length == adapter.prompt_positions(request) + FRAMES == adapter.runtime.pool.kv.shape[4]
     assert adapter.cache_bytes_per_position == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 kv heads, hd 16, fp32
 
 
@@ -171,20 +172,24 @@ def test_gepard_through_the_http_api(model):
         assert client.post("/v1/audio/speech", json={"model": "micro", "input": "hi", "speed": 2}).status_code == 400
 
 
-def test_served_defaults_are_what_duet_speak_samples_with(model):
-    from duet.tts.gepard import SpeakConfig
+def test_served_defaults_are_what_duet_speak_samples_with(model, tmp_path):
+    import duet
+    from checkpoint_testing import write_tiny_gepard
+    from duet.gepard.generate import SPEAK_SAMPLING
+    from duet.serve.adapter import load_adapter
 
-    params, speak = adapter_for(model).default_params, SpeakConfig().sampling
-    assert (params.temperature, params.top_k) == (speak.temperature, speak.top_k) != (1.0, 0)
+    params = adapter_for(model).default_params
+    assert (params.temperature, params.top_k) == (SPEAK_SAMPLING.temperature, SPEAK_SAMPLING.top_k) != (1.0, 0)
+    model_dir = write_tiny_gepard(tmp_path)
+    assert load_adapter(str(model_dir)).default_params == duet.load(model_dir).runtime.default_params
 
 
 def test_aligned_model_refuses_a_text_longer_than_one_request_holds():
     """An aligned model predicts its length: a text that would run past the frame bound is a clear 400, never a
     silently cut WAV."""
     model = micro_model(aligned=True)
-    adapter = GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64,
-                                                                             margin_frames=0))
-    ids = torch.tensor([encode(SynthesisRequest(text="x" * 40))])
+    adapter = adapter_for(model, margin_frames=0)
+    ids = torch.tensor([encode("x" * 40)])
     predicted = float(model.duration.predict(ids, torch.tensor([ids.shape[1]])).sum())
     assert predicted > 0
     fits = int(64 / predicted * 40 * 0.5)  # about half the bound
@@ -199,16 +204,14 @@ def test_aligned_model_refuses_a_text_that_would_end_within_the_margin_of_its_bo
     the bound, so it is refused too (margin_frames of room)."""
     model = micro_model(aligned=True)
     text = "x" * 40
-    ids = torch.tensor([encode(SynthesisRequest(text=text))])
+    ids = torch.tensor([encode(text)])
     predicted = float(model.duration.predict(ids, torch.tensor([ids.shape[1]])).sum())
     just_over = math.ceil(predicted) + 1  # a bound the prediction fits, without room to end late
-    tight = GepardAdapter(model, packed_codec(), encode,
-                          GepardServeConfig(name="micro", max_frames=just_over, margin_frames=5))
+    tight = adapter_for(model, max_frames=just_over, margin_frames=5)
     with pytest.raises(InvalidRequest, match="margin") as err:
         tight.validate(SynthesisRequest(text=text))
     assert err.value.code == "context_length_exceeded"
-    roomy = GepardAdapter(model, packed_codec(), encode,
-                          GepardServeConfig(name="micro", max_frames=just_over + 5, margin_frames=5))
+    roomy = adapter_for(model, max_frames=just_over + 5, margin_frames=5)
     roomy.validate(SynthesisRequest(text=text))
 
 
@@ -216,7 +219,7 @@ def test_a_text_past_the_models_positions_is_refused_before_the_duration_model_r
     """The duration model costs the square of the text (a 4,000-digit number is 21,000 tokens: 20 s of CPU on
     gepard-tiny); a text that cannot fit the model's positions is refused without it."""
     model = micro_model(aligned=True)
-    adapter = GepardAdapter(model, packed_codec(), encode, GepardServeConfig(name="micro", max_frames=64))
+    adapter = adapter_for(model)
 
     def never(*args, **kwargs):
         raise AssertionError("the duration model ran")

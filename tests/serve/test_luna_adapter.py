@@ -1,8 +1,8 @@
-"""The Luna adapter on a randomly initialised micro Luna in the shipped format (``checkpoint_testing.write_tiny_luna``).
+"""Luna's runtime behind the serving adapter on a randomly initialised micro Luna in the shipped format (``checkpoint_testing.write_tiny_luna``).
 
 Random weights say nothing about quality; these tests pin that serving Luna is exactly Luna:
 - a request served alone through the engine gives the grid of ``maskgit_decode`` run directly on an independently
-  loaded copy of the model (same text ids, same predicted T, same seed), and the audio of ``LunaSpeaker.speak``;
+  loaded copy of the model (same text ids, same predicted T, same seed), and the audio of ``duet.load(...).speak``;
 - requests of different lengths, step counts and sampling settings, joining the batch at different steps, each get
   exactly the tokens of their solo run (the engine batches them into one forward pass per refinement step);
 - what Luna cannot do is an ``InvalidRequest`` at submission; the HTTP API serves it as a WAV; ``duet eval run
@@ -21,6 +21,7 @@ import torch
 from fastapi.testclient import TestClient
 from serve_testing import drive
 
+import duet
 from checkpoint_testing import write_tiny_luna
 from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
@@ -28,15 +29,14 @@ from duet.luna.decode import DecodeConfig, maskgit_decode
 from duet.luna.duration import total_frames
 from duet.luna.model import LunaInputs
 from duet.luna.shipped import load_luna
-from duet.serve.adapter import ModelAdapter, SynthesisRequest
+from duet.serve.adapter import FamilyAdapter, ModelAdapter, SynthesisRequest, load_adapter
 from duet.serve.api import create_app
 from duet.serve.cli import FAMILIES
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
-from duet.serve.luna_adapter import LunaAdapter, load_luna_adapter
-from duet.serve.sampling import SamplingParams
 from duet.text.prompts import luna_prompt
-from duet.tts.luna import LunaSpeaker
+from duet.tts.luna import LunaRuntime
+from duet.tts.sampling import SamplingParams
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."
 
@@ -47,8 +47,8 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def adapter(model_dir) -> LunaAdapter:
-    return load_luna_adapter(str(model_dir), name="luna")
+def adapter(model_dir) -> FamilyAdapter:
+    return load_adapter(str(model_dir), name="luna")
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +89,9 @@ def recording(adapter, monkeypatch) -> dict[str, torch.Tensor]:
     def recorded(states):
         outs = step(states)
         for s, out in zip(states, outs):
-            assert out.codes.shape[-1] == (s.frames if out.final else 0)  # nothing before the grid is committed
-            if out.final:
+            last = s.step == s.decode.steps
+            assert out.codes.shape[-1] == (s.frames if last else 0)  # nothing before the grid is committed
+            if last:
                 finals[s.request.text] = out.codes
         return outs
 
@@ -101,7 +102,7 @@ def recording(adapter, monkeypatch) -> dict[str, torch.Tensor]:
 def test_is_a_model_adapter_and_the_cli_knows_it(adapter):
     assert isinstance(adapter, ModelAdapter) and "luna" in FAMILIES
     assert adapter.voices == ("default",) and adapter.supports_cloning is False
-    cfg = adapter.model.config
+    cfg = adapter.runtime.model.config
     # no KV cache: the grid state and one step's logits (conditional + CFG row) per position
     assert adapter.cache_bytes_per_position >= 2 * cfg.num_codebooks * cfg.codebook_size * 4
 
@@ -117,7 +118,7 @@ def test_solo_request_through_the_engine_equals_maskgit_decode_and_the_speaker(a
         assert engine.stats().steps == 6  # one engine step per refinement step
     assert finish.reason == "stop" and finish.frames == T
     assert torch.equal(finals[MID], offline_grid(reference, MID, seed=7, steps=6))
-    speech = LunaSpeaker.from_pretrained(model_dir).speak(MID, seed=7, steps=6)  # the offline pipeline, end to end
+    speech = duet.load(model_dir).speak(MID, seed=7, steps=6)  # duet speak, end to end
     assert audio.shape == speech.audio.shape == (T * adapter.codec.samples_per_frame,)
     np.testing.assert_allclose(audio, speech.audio, atol=1e-5)
 
@@ -129,11 +130,11 @@ def test_speed_temperature_top_k_and_max_frames_are_honoured(adapter, reference,
     assert abs(adapter.frame_bound(fast) - predicted_frames(reference, LONG) / 2) <= 1  # speed 2: half the frames
     capped = request(SHORT, seed=4, steps=3, top_k=5, max_frames=5)
     with Engine(adapter) as engine:
-        for req in (fast, capped):
+        for req, reason in ((fast, "stop"), (capped, "bound")):  # a grid cut short of its prediction: "bound"
             _, finish = engine.submit(req).collect(timeout=120)
-            assert finish.reason == "stop"
+            assert finish.reason == reason
     assert torch.equal(finals[LONG], offline_grid(reference, LONG, seed=3, steps=4, temperature=0.0, speed=2.0))
-    assert finals[SHORT].shape == (adapter.model.config.num_codebooks, 5)  # T cut to the request's max_frames
+    assert finals[SHORT].shape == (adapter.runtime.model.config.num_codebooks, 5)  # T cut to the request's max_frames
 
 
 def test_batched_requests_each_equal_their_solo_run(adapter):
@@ -189,7 +190,7 @@ def test_what_luna_cannot_do_is_an_invalid_request(adapter, req, param, code):
 def test_default_voice_and_steps(adapter):
     adapter.validate(SynthesisRequest(text="hi", voice="default"))
     state = adapter.prefill([SynthesisRequest(text="hi")], [0])[0]
-    assert state.decode.steps == 32 and state.decode.cfg_scale == adapter.config.decode.cfg_scale
+    assert state.decode.steps == 32 and state.decode.cfg_scale == adapter.runtime.config.decode.cfg_scale
 
 
 def test_http_speech_returns_a_wav(adapter, reference):
@@ -227,7 +228,7 @@ def test_duet_serve_builds_the_luna_adapter(model_dir):
     from duet.serve.cli import build_adapter
 
     built = build_adapter(Namespace(engine="builtin", model="luna", checkpoint=str(model_dir), codec=None))
-    assert isinstance(built, LunaAdapter) and built.name == "luna-test"
+    assert isinstance(built, FamilyAdapter) and isinstance(built.runtime, LunaRuntime) and built.name == "luna-test"
     with pytest.raises(DuetError, match="--model luna needs --checkpoint"):
         build_adapter(Namespace(engine="builtin", model="luna", checkpoint=None, codec=None))
 
@@ -256,13 +257,13 @@ def test_duet_serve_takes_a_model_name_or_directory_as_duet_speak_does(model_dir
 def test_a_text_past_the_models_positions_is_refused_before_the_duration_model_runs(model_dir, monkeypatch):
     """Luna's duration model costs the square of the text (a 4,000-digit number: 40 s of CPU on luna-tiny); a text
     that cannot fit the model's positions is refused without running it."""
-    fresh = load_luna_adapter(str(model_dir), name="luna")  # its own per-request plans, none cached
+    fresh = load_adapter(str(model_dir), name="luna")  # its own per-request plans, none cached
 
     def never(*args, **kwargs):
         raise AssertionError("the duration model ran")
 
-    monkeypatch.setattr(fresh.duration, "token_durations", never)
-    limit = fresh.model.config.backbone.max_positions
+    monkeypatch.setattr(fresh.runtime.duration, "token_durations", never)
+    limit = fresh.runtime.model.config.backbone.max_positions
     with pytest.raises(InvalidRequest, match="positions") as err:
         fresh.validate(SynthesisRequest(text="ab " * limit))
     assert err.value.code == "context_length_exceeded"

@@ -1,10 +1,10 @@
-"""The Luna Realtime adapter on randomly initialised micro Realtime models in the shipped format
+"""Luna Realtime's runtime behind the serving adapter on randomly initialised micro Realtime models in the shipped format
 (``checkpoint_testing.write_tiny_luna_realtime``, blocks of 4 frames), with the end head's bias set to pick how they
 end: -20 never ends (every request runs to its bound), +20 ends at once, 0.003 ends inside a later block on these
 weights.
 
 Random weights say nothing about quality; these tests pin that serving Luna Realtime is exactly Luna Realtime:
-- a request served alone through the engine gives the codes and the audio of ``RealtimeSpeaker`` (the offline
+- a request served alone through the engine gives the codes and the audio of the Speaker (``duet speak``'s
   streaming pipeline) at the same seed and steps, whether it ends on its bound or on the learned end of speech;
 - frames come out block by block, one block per ``steps`` engine steps, so audio arrives before the request ends;
 - requests with different texts, steps, sampling and bounds, joining at different steps, each get their solo codes;
@@ -31,15 +31,15 @@ from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
 from duet.finish import BOUND, STOP
 from duet.luna.stream import StreamConfig, collect, stream_speech
-from duet.serve.adapter import ModelAdapter, SynthesisRequest
+from duet.serve.adapter import FamilyAdapter, ModelAdapter, SynthesisRequest, load_adapter
 from duet.serve.api import create_app
 from duet.serve.cli import FAMILIES
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
-from duet.serve.luna_realtime_adapter import LunaRealtimeAdapter, load_luna_realtime_adapter
-from duet.serve.sampling import SamplingParams
 from duet.text.prompts import luna_prompt
-from duet.tts.luna_realtime import RealtimeSpeaker
+from duet.tts.luna_realtime import RealtimeRuntime, load_realtime_runtime
+from duet.tts.sampling import SamplingParams
+from duet.tts.speaker import Speaker
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."
 BK = 4  # frames per block of the test models
@@ -55,21 +55,21 @@ def never_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def adapter(never_dir) -> LunaRealtimeAdapter:
-    return load_luna_realtime_adapter(str(never_dir), name="luna-realtime")
+def adapter(never_dir) -> FamilyAdapter:
+    return load_adapter(str(never_dir), name="luna-realtime")
 
 
 @pytest.fixture(scope="module")
-def speaker(never_dir) -> RealtimeSpeaker:
+def speaker(never_dir) -> Speaker:
     """An independently loaded copy of the same checkpoint, for the expected values."""
-    return RealtimeSpeaker.from_pretrained(never_dir)
+    return Speaker(load_realtime_runtime(never_dir))
 
 
 def request(text: str, seed: int, steps: int, **params) -> SynthesisRequest:
     return SynthesisRequest(text=text, params=SamplingParams(seed=seed, steps=steps, **params))
 
 
-def offline(speaker: RealtimeSpeaker, text: str, seed: int, steps: int, **kw):
+def offline(speaker: Speaker, text: str, seed: int, steps: int, **kw):
     """The speaker's stream of one single-sentence text -> (codes (Q, T), audio, "stop" | "bound", blocks)."""
     ended: list[str] = []
     result = collect(speaker.chunks(text, seed=seed, steps=steps, ended=ended, **kw))
@@ -101,7 +101,7 @@ def codes_of(log, text: str) -> torch.Tensor:
 def test_is_a_model_adapter_and_the_cli_knows_it(adapter):
     assert isinstance(adapter, ModelAdapter) and "luna-realtime" in FAMILIES
     assert adapter.voices == ("default",) and adapter.supports_cloning is False
-    b = adapter.model.config.luna.backbone
+    b = adapter.runtime.model.config.luna.backbone
     rows = 2  # CFG: each session caches a conditional and an unconditional row
     assert adapter.cache_bytes_per_position == rows * b.num_layers * 2 * b.num_kv_heads * b.head_dim * 4  # float32
     state = adapter.prefill([request(SHORT, seed=0, steps=2)], [0])[0]
@@ -115,8 +115,8 @@ def test_is_a_model_adapter_and_the_cli_knows_it(adapter):
 def test_solo_request_through_the_engine_equals_the_speaker_at_its_bound(adapter, speaker, monkeypatch):
     log = recording(adapter, monkeypatch)
     req = request(MID, seed=7, steps=3)
-    ids = luna_prompt(MID, speaker.tokenizer)
-    bound = speaker.bound_for(ids)
+    ids = luna_prompt(MID, speaker.runtime.tokenizer)
+    bound = speaker.runtime.bound_for(ids)
     assert adapter.frame_bound(req) == bound and adapter.prompt_positions(req) == len(ids)
     with Engine(adapter) as engine:
         audio, finish = engine.submit(req).collect(timeout=120)
@@ -130,9 +130,9 @@ def test_solo_request_through_the_engine_equals_the_speaker_at_its_bound(adapter
 
 def test_solo_request_ending_on_the_end_head_equals_the_speaker(tmp_path_factory, monkeypatch):
     model_dir = write(tmp_path_factory, "midway", 0.003)  # on these weights the end head fires in a later block
-    config = replace(RealtimeSpeaker.from_pretrained(model_dir).config, floor_factor=None)  # the end head alone
-    adapter = LunaRealtimeAdapter(RealtimeSpeaker.from_pretrained(model_dir, config=config))
-    speaker = RealtimeSpeaker.from_pretrained(model_dir, config=config)
+    config = replace(load_realtime_runtime(model_dir).config, floor_factor=None)  # the end head alone
+    adapter = FamilyAdapter(load_realtime_runtime(model_dir, config=config))
+    speaker = Speaker(load_realtime_runtime(model_dir, config=config))
     log = recording(adapter, monkeypatch)
     req = request(MID, seed=1, steps=3)
     with Engine(adapter) as engine:
@@ -172,9 +172,9 @@ def test_requests_joining_at_different_steps_each_equal_their_solo_run(adapter, 
         assert torch.equal(got, drive(adapter, [(0, req)])[0]), req.text
     # and the capped request is the offline stream cut at 10 frames
     capped = jobs[1][1]
-    cfg = StreamConfig(decode=replace(speaker.config.stream.decode, steps=3, temperature=0.7, top_k=8), max_frames=10)
-    ids = torch.tensor(luna_prompt(LONG, speaker.tokenizer))
-    expected = collect(stream_speech(speaker.model, ids, None, cfg, None, torch.Generator().manual_seed(2))).codes
+    cfg = StreamConfig(decode=replace(speaker.runtime.config.stream.decode, steps=3, temperature=0.7, top_k=8), max_frames=10)
+    ids = torch.tensor(luna_prompt(LONG, speaker.runtime.tokenizer))
+    expected = collect(stream_speech(speaker.runtime.model, ids, None, cfg, None, torch.Generator().manual_seed(2))).codes
     assert expected.shape[1] == 10 and torch.equal(batched[1], expected), capped.text
 
 
@@ -191,13 +191,13 @@ def test_batched_engine_audio_equals_solo_audio(adapter):
 
 def test_end_of_speech_at_once_stops_with_no_frames(tmp_path_factory, adapter):
     model_dir = write(tmp_path_factory, "at-once", 20.0)
-    speaker = RealtimeSpeaker.from_pretrained(model_dir)
-    floor = speaker.floor_for(luna_prompt(MID, speaker.tokenizer))
-    with Engine(LunaRealtimeAdapter(speaker)) as engine:  # the default floor: speech until floor_for, then the end
+    runtime = load_realtime_runtime(model_dir)
+    floor = runtime.floor_for(luna_prompt(MID, runtime.tokenizer))
+    with Engine(FamilyAdapter(runtime)) as engine:  # the default floor: speech until floor_for, then the end
         _, finish = engine.submit(request(MID, seed=0, steps=3)).collect(timeout=60)
     assert finish.reason == "stop" and finish.frames == floor > BK
-    speaker.config = replace(speaker.config, floor_factor=None)  # the end head alone
-    with Engine(LunaRealtimeAdapter(speaker)) as engine:
+    runtime = load_realtime_runtime(model_dir, config=replace(runtime.config, floor_factor=None))  # the end head
+    with Engine(FamilyAdapter(runtime)) as engine:
         audio, finish = engine.submit(request(MID, seed=0, steps=3)).collect(timeout=60)
         assert engine.stats().steps == 1  # the end head is read at the first block's first step
     assert finish.reason == "stop" and finish.frames == 0 and audio.size == 0
@@ -231,7 +231,7 @@ def test_what_the_adapter_cannot_do_is_an_invalid_request(adapter, req, param, c
 def test_default_voice_and_steps(adapter, speaker):
     adapter.validate(SynthesisRequest(text="hi", voice="default"))
     state = adapter.prefill([SynthesisRequest(text="hi")], [0])[0]
-    assert state.decode == speaker.config.stream.decode and state.decode.steps == 8
+    assert state.decode == speaker.runtime.config.stream.decode and state.decode.steps == 8
 
 
 def test_http_sse_streams_audio_deltas_and_done(adapter):
@@ -273,6 +273,7 @@ def test_duet_serve_builds_the_luna_realtime_adapter(never_dir):
     from duet.serve.cli import build_adapter
 
     built = build_adapter(Namespace(engine="builtin", model="luna-realtime", checkpoint=str(never_dir), codec=None))
-    assert isinstance(built, LunaRealtimeAdapter) and built.name == never_dir.name
+    assert isinstance(built, FamilyAdapter) and isinstance(built.runtime, RealtimeRuntime)
+    assert built.name == never_dir.name
     with pytest.raises(DuetError, match="--model luna-realtime needs --checkpoint"):
         build_adapter(Namespace(engine="builtin", model="luna-realtime", checkpoint=None, codec=None))

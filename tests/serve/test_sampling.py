@@ -5,7 +5,7 @@ import torch
 
 from duet.errors import DuetError
 from duet.gepard.sampling import channel_logit_mask, filter_logits
-from duet.serve.sampling import SamplingParams, sample_requests
+from duet.tts.sampling import SamplingParams, sample_requests
 
 LEVELS = (8, 7, 6, 6) * 8
 

@@ -6,13 +6,13 @@ import soundfile as sf
 from fastapi.testclient import TestClient
 
 from checkpoint_testing import write_tiny_gepard
+from duet.serve.adapter import load_adapter
 from duet.serve.api import ServeConfig, create_app
 from duet.serve.engine import Engine, EngineConfig
-from duet.serve.gepard_adapter import load_gepard_adapter
 
 
 def test_shipped_checkpoint_serves_wav(tmp_path):
-    adapter = load_gepard_adapter(str(write_tiny_gepard(tmp_path)))
+    adapter = load_adapter(str(write_tiny_gepard(tmp_path)))
     assert adapter.name == "gepard-test" and adapter.codec.sample_rate == 22050
     engine = Engine(adapter, EngineConfig())
     with TestClient(create_app(engine, ServeConfig())) as client:

@@ -113,14 +113,13 @@ def test_the_vllm_data_path_of_an_aligned_model_gives_duets_own_logits(tmp_path)
     from duet.gepard.checkpoint import load_gepard
     from duet.gepard.model import GepardPrompt
     from duet.nn.backbone import run_backbone
-    from duet.serve.adapter import SynthesisRequest
-    from duet.serve.gepard_adapter import text_encoder
     from duet.serve.vllm.engine import AlignedLayout
+    from duet.text.prompts import gepard_prompt
 
     out = export_for_vllm(aligned_checkpoint(tmp_path), tmp_path / "vllm")
     loaded = load_gepard(tmp_path / "duet")
     model = loaded.model.eval()
-    ids = text_encoder(loaded.tokenizer)(SynthesisRequest(text="hello world hello"))
+    ids = gepard_prompt("hello world hello", loaded.tokenizer)
     with safe_open(str(out / "model.safetensors"), framework="pt") as f:
         layout = AlignedLayout.load(model.config, f)
         text_embedding = f.get_tensor("model.embed_tokens.weight").float()

@@ -34,10 +34,11 @@ from duet.gepard.config import gepard_tiny, with_aligned_input
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.serve.adapter import SynthesisRequest
-from duet.serve.gepard_adapter import GepardAdapter, GepardServeConfig, text_encoder
-from duet.serve.sampling import SamplingParams
 from duet.serve.vllm.export import export_for_vllm
 from duet.text.bpe import BPEConfig, save_bpe, train_bpe
+from duet.text.prompts import gepard_prompt
+from duet.tts.gepard import GepardRuntime
+from duet.tts.sampling import SamplingParams
 
 VLLM_PYTHON = os.environ.get("DUET_VLLM_PYTHON", "")
 pytestmark = pytest.mark.skipif(not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X_OK)),
@@ -58,7 +59,7 @@ def make_tiny(root: Path, aligned: bool = False) -> dict:
     codec = save_pretrained(build("duet-fsq"), root / "codec")  # random weights: audio is noise, shapes are real
     loaded = load_gepard(checkpoint)
     return {"duet": checkpoint, "vllm": export_for_vllm(checkpoint, root / "vllm"), "codec": codec,
-            "loaded": loaded, "encode": text_encoder(loaded.tokenizer), "root": root}
+            "loaded": loaded, "encode": lambda text: gepard_prompt(text, loaded.tokenizer), "root": root}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def tiny_aligned(tmp_path_factory):
 
 def reference(tiny, text: str, bound: int, stop_threshold: float, speed: float = 1.0) -> tuple[list, str, list[float]]:
     """duet's own greedy sampler: frames (T, C), how it ended, stop probabilities per step."""
-    ids = tiny["encode"](SynthesisRequest(text=text))
+    ids = tiny["encode"](text)
     config = SamplingConfig(temperature=0, stop_threshold=stop_threshold, max_frames=bound, margin_frames=bound)
     result = generate(tiny["loaded"].model, GepardPrompt(torch.tensor([ids]), speed=speed), config=config)
     n = int(result.lengths[0])
@@ -83,7 +84,7 @@ def reference(tiny, text: str, bound: int, stop_threshold: float, speed: float =
 def builtin_engine(tiny, text: str, params: SamplingParams, seed: int, speed: float = 1.0) -> list:
     """Packed frames (T, G) from duet's built-in serving adapter, seeded exactly as the engine seeds it."""
     codec = type("PackedCodec", (), {"codebook_sizes": (FSQConfig().codebook_size,) * 8})()
-    adapter = GepardAdapter(tiny["loaded"].model, codec, tiny["encode"], GepardServeConfig())
+    adapter = GepardRuntime(tiny["loaded"].model, codec, tiny["encode"])
     (state,) = adapter.prefill([SynthesisRequest(text=text, params=params, speed=speed)], [seed])
     frames = []
     while len(frames) < params.max_frames:

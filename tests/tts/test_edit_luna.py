@@ -1,4 +1,4 @@
-"""Speech editing (`LunaSpeaker.edit`, `duet edit`) on a randomly initialised micro Luna and a tiny duet-rvq codec.
+"""Speech editing (`Speaker.edit` over a Luna runtime, `duet edit`) on a randomly initialised micro Luna and a tiny duet-rvq codec.
 
 Random weights say nothing about quality; these tests pin the plumbing: seconds -> frames, the codes outside the span
 kept bit for bit, the span resized by the change in predicted length under a new transcript, the same result as the
@@ -37,8 +37,8 @@ def _grid(luna_speaker, audio: np.ndarray) -> torch.Tensor:
 
 
 def _predicted(luna_speaker, text: str) -> float:
-    ids = luna_prompt(text, luna_speaker.tokenizer)
-    return float(luna_speaker.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
+    ids = luna_prompt(text, luna_speaker.runtime.tokenizer)
+    return float(luna_speaker.runtime.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
 
 
 def test_seconds_become_the_frames_that_cover_them():
@@ -60,8 +60,8 @@ def test_a_retake_keeps_the_codes_outside_the_span_and_matches_the_grid_level_ed
     assert edited.span_seconds == pytest.approx((a / fps, b / fps))
     assert torch.equal(edited.grid[:a], before[:a]) and torch.equal(edited.grid[b:], before[b:])
     assert not torch.equal(edited.grid[a:b], before[a:b])  # random weights: the regenerated codes differ
-    ids = torch.tensor(luna_prompt(TEXT, luna_speaker.tokenizer))
-    expected = edit(luna_speaker.model, ids, before, (a, b), b - a, replace(luna_speaker.config.decode, steps=4),
+    ids = torch.tensor(luna_prompt(TEXT, luna_speaker.runtime.tokenizer))
+    expected = edit(luna_speaker.runtime.model, ids, before, (a, b), b - a, replace(luna_speaker.runtime.config.decode, steps=4),
                     generator=torch.Generator().manual_seed(4))
     assert torch.equal(edited.grid, expected.grid)
     audio_expected = luna_speaker.codec.decode(expected.grid.T[None]).audio[0].numpy()
@@ -105,8 +105,8 @@ def test_editing_is_seeded(luna_speaker):
 ])
 def test_bad_input_is_a_clear_error_before_any_decoding(luna_speaker, monkeypatch, kwargs, message):
     calls = []
-    forward = luna_speaker.model.forward
-    monkeypatch.setattr(luna_speaker.model, "forward", lambda inputs: calls.append(1) or forward(inputs))
+    forward = luna_speaker.runtime.model.forward
+    monkeypatch.setattr(luna_speaker.runtime.model, "forward", lambda inputs: calls.append(1) or forward(inputs))
     audios = {"silent": np.zeros(24000, np.float32), "nan": np.full(24000, np.nan, np.float32),
               "long": _recording(luna_speaker, seconds=31.0)}
     args = dict(audio=_recording(luna_speaker), text=TEXT, span_seconds=(0.2, 0.4)) | kwargs

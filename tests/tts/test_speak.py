@@ -1,4 +1,4 @@
-"""duet.load / GepardSpeaker / `duet speak` on a randomly initialised tiny Gepard and a tiny duet-fsq codec.
+"""duet.load / the Speaker over a Gepard runtime / `duet speak` on a randomly initialised tiny Gepard and a tiny duet-fsq codec.
 
 Random weights say nothing about quality; these tests pin the plumbing: seeds, sentence splitting, the length
 bound, streaming equal to one-shot decoding, files written, and one-line errors for bad input.
@@ -27,8 +27,9 @@ def _bounded(speaker, frames: int = 6):
     """Random weights rarely fire the stop head: a small fixed bound keeps generations short and predictable."""
     from dataclasses import replace
 
-    sampling = replace(speaker.config.sampling, frames_per_token=0.0, margin_frames=frames, stop_threshold=0.999999)
-    speaker.config = replace(speaker.config, sampling=sampling)
+    runtime = speaker.runtime
+    runtime.config = replace(runtime.config, frames_per_token=0.0, margin_frames=frames,
+                             params=replace(runtime.config.params, stop_threshold=0.999999))
     return speaker
 
 
@@ -70,6 +71,27 @@ def test_bad_input_is_a_clear_error(model_dir):
         speaker.speak("Hi.", voice="nobody")
     with pytest.raises(DuetError, match="unknown model"):
         duet.load("no-such-model")
+    with pytest.raises(DuetError, match="steps applies to Luna models only"):  # one frame per step, no refinement
+        speaker.speak("Hi.", steps=8)
+    with pytest.raises(DuetError, match="no duration predictor"):
+        speaker.stream("Hi.", speed=2.0)  # eager: raised by the call, not by the first chunk
+
+
+def test_speak_and_the_engine_give_the_same_audio_for_one_seed(model_dir):
+    """duet speak and duet serve drive one runtime and read its steps with one rule: same model, text, seed and
+    bound give the same frames, so the same audio up to the codec's chunking."""
+    from dataclasses import replace
+
+    from duet.serve.adapter import FamilyAdapter, SynthesisRequest
+    from duet.serve.engine import Engine
+
+    speaker = _bounded(duet.load(model_dir), frames=20)
+    speech = speaker.speak("Hello there.", seed=9)
+    request = SynthesisRequest("Hello there.", params=replace(speaker.runtime.default_params, seed=9))
+    with Engine(FamilyAdapter(speaker.runtime)) as engine:
+        audio, finish = engine.submit(request).collect(timeout=120)
+    assert (finish.reason,) == speech.ended and finish.frames == 20
+    np.testing.assert_allclose(audio, speech.audio, atol=1e-5)
 
 
 def test_cfg_needs_a_model_trained_with_text_dropout(model_dir, tmp_path, capsys):
@@ -87,19 +109,21 @@ def test_cfg_runs_the_unconditional_pass(tmp_path):
     sampler's own two-pass run with the prompt's unconditional twin (the formula is tested in test_generate)."""
     import torch
 
-    from duet.gepard.generate import stream
+    from duet.gepard.checkpoint import load_gepard
+    from duet.gepard.generate import SamplingConfig, stream
     from duet.gepard.model import GepardPrompt
     from duet.text.prompts import gepard_prompt
 
-    speaker = _bounded(duet.load(write_tiny_gepard(tmp_path, text_dropout_prob=0.1)), frames=8)
-    ids = gepard_prompt("Hello there.", speaker.tokenizer, language="en")
+    model_dir = write_tiny_gepard(tmp_path, text_dropout_prob=0.1)
+    speaker = _bounded(duet.load(model_dir), frames=8)
+    ids = gepard_prompt("Hello there.", load_gepard(model_dir).tokenizer, language="en")
     prompt = GepardPrompt(torch.tensor([ids]))
+    defaults = speaker.runtime.default_params
 
     def frames(w: float) -> torch.Tensor:
-        from dataclasses import replace
-
-        sampling = replace(speaker.config.sampling, cfg_scale=w, seed=5)
-        return torch.cat(list(stream(speaker.model, prompt, config=sampling, fsq=speaker.fsq,
+        sampling = SamplingConfig(temperature=defaults.temperature, top_k=defaults.top_k, stop_threshold=0.999999,
+                                  frames_per_token=0.0, margin_frames=8, cfg_scale=w, seed=5)
+        return torch.cat(list(stream(speaker.runtime.model, prompt, config=sampling, fsq=speaker.runtime.fsq,
                                      uncond_prompt=prompt.unconditional() if w != 1 else None)))
 
     guided = speaker.codec.decode(frames(3.0).T[None]).audio[0].numpy()

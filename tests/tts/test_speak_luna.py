@@ -1,4 +1,4 @@
-"""duet.load / LunaSpeaker / `duet speak --steps` on a randomly initialised micro Luna and a tiny duet-rvq codec.
+"""duet.load / the Speaker over a Luna runtime / `duet speak --steps` on a randomly initialised micro Luna and a tiny duet-rvq codec.
 
 Random weights say nothing about quality; these tests pin the plumbing: the length from the duration predictor
 (speed, the bound), the number of refinement steps, seeds, sentence splitting, streaming equal to one-shot decoding,
@@ -20,7 +20,9 @@ from duet.cli import main
 from duet.errors import DuetError
 from duet.text.prompts import luna_prompt
 from duet.tts import MODELS
-from duet.tts.luna import LunaSpeaker
+from duet.tts.luna import LunaRuntime, load_luna_runtime
+from duet.tts.request import SynthesisRequest
+from duet.tts.speaker import Speaker
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def gepard_dir(tmp_path_factory):
 
 
 def _frames(luna_speaker, text: str, speed: float = 1.0) -> int:
-    return luna_speaker.frames_for(luna_prompt(text, luna_speaker.tokenizer), speed)[0]
+    return luna_speaker.runtime.frame_bound(SynthesisRequest(text, speed=speed))
 
 
 def _text(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,27 +41,28 @@ def _text(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _count_forwards(luna_speaker, monkeypatch) -> list[int]:
     calls: list[int] = []
-    forward = luna_speaker.model.forward
+    forward = luna_speaker.runtime.model.forward
 
     def counted(inputs):
         calls.append(inputs.target.shape[0])
         return forward(inputs)
 
-    monkeypatch.setattr(luna_speaker.model, "forward", counted)
+    monkeypatch.setattr(luna_speaker.runtime.model, "forward", counted)
     return calls
 
 
 def test_load_dispatches_on_the_config_type_and_luna_tiny_is_a_known_name(luna_speaker):
-    assert isinstance(luna_speaker, LunaSpeaker) and "luna-tiny" in MODELS
+    assert isinstance(luna_speaker, Speaker) and isinstance(luna_speaker.runtime, LunaRuntime)
+    assert "luna-tiny" in MODELS
     assert luna_speaker.sample_rate == luna_speaker.codec.sample_rate and luna_speaker.voices == ("default",)
 
 
 def test_length_comes_from_the_duration_predictor_and_speed_scales_it(luna_speaker):
     text = "Hello there."
-    ids = luna_prompt(text, luna_speaker.tokenizer)
-    expected = float(luna_speaker.duration.token_durations(*_text(ids)).sum())
+    ids = luna_prompt(text, luna_speaker.runtime.tokenizer)
+    expected = float(luna_speaker.runtime.duration.token_durations(*_text(ids)).sum())
     frames = _frames(luna_speaker, text)
-    assert frames == round(expected) > 0 and luna_speaker.frames_for(ids) == (frames, "stop")
+    assert frames == round(expected) > 0
     assert _frames(luna_speaker, text, speed=2.0) == round(expected / 2)
     speech = luna_speaker.speak(text, seed=3, steps=8)
     spf = luna_speaker.codec.samples_per_frame
@@ -116,7 +119,7 @@ def test_long_text_is_spoken_sentence_by_sentence_and_streams_one_chunk_per_sent
 
 def test_a_length_past_the_bound_is_capped(luna_dir):
     luna_speaker = duet.load(luna_dir)
-    luna_speaker.config = replace(luna_speaker.config, max_frames=5)
+    luna_speaker.runtime.config = replace(luna_speaker.runtime.config, max_frames=5)
     speech = luna_speaker.speak("The quick brown fox jumps over the lazy dog.", seed=0, steps=8)
     assert speech.ended == ("bound",) and len(speech.audio) == 5 * luna_speaker.codec.samples_per_frame
 
@@ -150,7 +153,7 @@ def test_voice_prompt_holds_the_clips_codes_and_its_pace(luna_speaker):
     vp = luna_speaker.voice_prompt(clip, "  Good morning. ")
     codes = luna_speaker.codec.encode(torch.from_numpy(clip)[None]).codes[0]  # (Q, P)
     assert torch.equal(vp.grid, codes.T) and vp.text == "Good morning."
-    predicted = float(luna_speaker.duration.token_durations(*_text(luna_prompt("Good morning.", luna_speaker.tokenizer))).sum())
+    predicted = float(luna_speaker.runtime.duration.token_durations(*_text(luna_prompt("Good morning.", luna_speaker.runtime.tokenizer))).sum())
     assert vp.pace == pytest.approx(min(2.0, max(0.5, codes.shape[1] / round(predicted))))
 
 
@@ -159,21 +162,21 @@ def test_cloning_decodes_transcript_plus_text_after_the_prompt_grid_as_infill_cl
 
     vp = luna_speaker.voice_prompt(_clip(luna_speaker), "Good morning.")
     seen = []
-    forward = luna_speaker.model.forward
+    forward = luna_speaker.runtime.model.forward
 
     def spy(inputs):
         seen.append(inputs)
         return forward(inputs)
 
-    monkeypatch.setattr(luna_speaker.model, "forward", spy)
+    monkeypatch.setattr(luna_speaker.runtime.model, "forward", spy)
     speech = luna_speaker.speak("Hello there.", seed=5, steps=8, prompt=vp)
-    ids = luna_prompt("Good morning. Hello there.", luna_speaker.tokenizer)
-    predicted = float(luna_speaker.duration.token_durations(*_text(luna_prompt("Hello there.", luna_speaker.tokenizer))).sum())
+    ids = luna_prompt("Good morning. Hello there.", luna_speaker.runtime.tokenizer)
+    predicted = float(luna_speaker.runtime.duration.token_durations(*_text(luna_prompt("Hello there.", luna_speaker.runtime.tokenizer))).sum())
     frames = round(predicted * vp.pace)
     assert seen and torch.equal(seen[0].prompt[0], vp.grid) and seen[0].text_ids[0].tolist() == ids
     assert speech.audio.shape == (frames * luna_speaker.codec.samples_per_frame,)
-    monkeypatch.setattr(luna_speaker.model, "forward", forward)
-    grid = clone(luna_speaker.model, torch.tensor(ids), vp.grid, frames, replace(luna_speaker.config.decode, steps=8),
+    monkeypatch.setattr(luna_speaker.runtime.model, "forward", forward)
+    grid = clone(luna_speaker.runtime.model, torch.tensor(ids), vp.grid, frames, replace(luna_speaker.runtime.config.decode, steps=8),
                  generator=torch.Generator().manual_seed(5))  # (T, Q)
     expected = luna_speaker.codec.decode(grid.T[None]).audio[0].numpy()
     np.testing.assert_allclose(speech.audio, expected, atol=1e-6)
@@ -194,7 +197,7 @@ def test_bad_prompts_are_refused_before_any_decoding(luna_speaker, monkeypatch):
 
 def test_a_codec_of_another_shape_is_refused(luna_dir, gepard_dir):
     with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
-        LunaSpeaker.from_pretrained(luna_dir, codec=str(gepard_dir.parent / "codec"))
+        load_luna_runtime(luna_dir, codec=str(gepard_dir.parent / "codec"))
 
 
 def test_cli_speaks_with_steps_and_streams(luna_dir, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""duet.load / RealtimeSpeaker / `duet speak --stream` on a randomly initialised micro Luna Realtime (blocks of 4
+"""duet.load / the Speaker over a Luna Realtime runtime / `duet speak --stream` on a randomly initialised micro Luna Realtime (blocks of 4
 frames) and a random rvq-tiny codec.
 
 Random weights say nothing about quality; these tests pin the plumbing: dispatch on the shipped type, audio handed
@@ -20,7 +20,7 @@ from duet.cli import main
 from duet.errors import DuetError
 from duet.text.prompts import luna_prompt
 from duet.tts import MODELS
-from duet.tts.luna_realtime import RealtimeSpeaker
+from duet.tts.luna_realtime import RealtimeRuntime, load_realtime_runtime
 
 SPF = 960  # rvq-tiny: 24 kHz, 25 frames per second
 
@@ -33,13 +33,13 @@ def model_dir(tmp_path_factory):
 @pytest.fixture
 def speaker(model_dir):
     speaker = duet.load(model_dir)
-    speaker.config = replace(speaker.config, stream=replace(speaker.config.stream, max_frames=10))
+    speaker.runtime.config = replace(speaker.runtime.config, stream=replace(speaker.runtime.config.stream, max_frames=10))
     return speaker
 
 
 def test_load_dispatches_on_the_config_type_and_the_name_is_known(speaker):
-    assert isinstance(speaker, RealtimeSpeaker) and "luna-realtime-tiny" in MODELS
-    assert speaker.block_size == 4 and speaker.sample_rate == 24000 and speaker.voices == ("default",)
+    assert isinstance(speaker.runtime, RealtimeRuntime) and "luna-realtime-tiny" in MODELS
+    assert speaker.runtime.block_size == 4 and speaker.sample_rate == 24000 and speaker.voices == ("default",)
 
 
 def test_stream_hands_out_each_block_and_equals_speak(speaker):
@@ -53,23 +53,23 @@ def test_stream_hands_out_each_block_and_equals_speak(speaker):
 
 def test_the_bound_follows_the_duration_predictor(model_dir):
     speaker = duet.load(model_dir)  # max_frames 750, bound_factor 2
-    ids = luna_prompt("Good morning.", speaker.tokenizer)
-    predicted = float(speaker.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
-    bound = speaker.bound_for(ids)
+    ids = luna_prompt("Good morning.", speaker.runtime.tokenizer)
+    predicted = float(speaker.runtime.duration.token_durations(torch.tensor([ids]), torch.tensor([len(ids)])).sum())
+    bound = speaker.runtime.bound_for(ids)
     assert bound == int(np.ceil(2 * predicted)) + 4 < 750
     speech = speaker.speak("Good morning.", seed=0, steps=1)
     assert speech.ended == ("bound",) and len(speech.audio) == bound * SPF
-    speaker.config = replace(speaker.config, bound_factor=None, stream=replace(speaker.config.stream, max_frames=6))
-    assert speaker.bound_for(ids) == 6
+    speaker.runtime.config = replace(speaker.runtime.config, bound_factor=None, stream=replace(speaker.runtime.config.stream, max_frames=6))
+    assert speaker.runtime.bound_for(ids) == 6
 
 
 def test_the_learned_end_stops_a_piece(tmp_path):
     speaker = duet.load(write_tiny_luna_realtime(tmp_path, end_bias=20.0))  # "past the end" from the first frame
-    speaker.config = replace(speaker.config, floor_factor=None)  # the end head alone
+    speaker.runtime.config = replace(speaker.runtime.config, floor_factor=None)  # the end head alone
     ended: list[str] = []
     chunks = list(speaker.stream("Hello there. Good morning.", seed=0, ended=ended))
     gap = round(speaker.config.gap_seconds * speaker.sample_rate)
-    assert [len(c) for c in chunks] == [0, gap, 0] and ended == ["stop", "stop"]  # speech ends on block 0's start
+    assert [len(c) for c in chunks] == [gap] and ended == ["stop", "stop"]  # speech ends on block 0's start
 
 
 def test_bad_input_is_a_clear_error_before_any_decoding(speaker):
@@ -91,7 +91,7 @@ def test_bad_input_is_a_clear_error_before_any_decoding(speaker):
 def test_a_codec_of_another_shape_is_refused(model_dir, tmp_path):
     write_tiny_gepard(tmp_path)  # its codec is fsq-tiny
     with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
-        RealtimeSpeaker.from_pretrained(model_dir, codec=str(tmp_path / "codec"))
+        load_realtime_runtime(model_dir, codec=str(tmp_path / "codec"))
 
 
 def test_cli_streams_blocks_to_the_file(model_dir, tmp_path, capsys):
@@ -119,7 +119,7 @@ def test_cli_errors_are_one_line_and_write_nothing(model_dir, tmp_path, capsys, 
 
 
 def test_cfg_scale_reaches_the_block_decoder(speaker, monkeypatch):
-    import duet.luna.stream as stream_module
+    import duet.tts.luna_realtime as stream_module
 
     guidance: list[bool] = []
     session = stream_module.KVBlockSession
@@ -138,10 +138,10 @@ def test_no_end_before_the_floor(tmp_path):
     """An end head that fires from the first frame still lets floor_factor x the predicted frames through, across
     block boundaries (blocks of 4); the engine adapter's floor: tests/serve/test_luna_realtime_adapter.py."""
     speaker = duet.load(write_tiny_luna_realtime(tmp_path, end_bias=20.0))
-    speaker.config = replace(speaker.config, floor_factor=0.75)
-    ids = luna_prompt("Good morning.", speaker.tokenizer)
-    floor = speaker.floor_for(ids)
-    assert floor == int(np.floor(0.75 * speaker.predicted_frames(ids))) and floor % 4 != 0 and floor > 4
+    speaker.runtime.config = replace(speaker.runtime.config, floor_factor=0.75)
+    ids = luna_prompt("Good morning.", speaker.runtime.tokenizer)
+    floor = speaker.runtime.floor_for(ids)
+    assert floor == int(np.floor(0.75 * speaker.runtime.predicted_frames(ids))) and floor % 4 != 0 and floor > 4
     ended: list[str] = []
     chunks = list(speaker.chunks("Good morning.", seed=0, steps=1, ended=ended))
     assert sum(c.codes.shape[1] for c in chunks) == floor and ended == ["stop"]

@@ -12,13 +12,13 @@ Built in, by ``--model`` spec:
   for audio), run through :class:`EngineSynthesizer` exactly as a real model would be. Its numbers are meaningless;
   it exists to check the pipeline (batching, time to first audio, runaway detection) without weights.
 
-- ``gepard[:NAME|DIR]`` and ``luna[:NAME|DIR]`` (defaults gepard-tiny, luna-tiny): a shipped model through its
-  serving adapter (``duet.serve.gepard_adapter``, ``duet.serve.luna_adapter``) and :class:`EngineSynthesizer`.
-  Luna has no cloning over the engine, so prompt wavs are not used. ``--steps`` sets Luna's refinement steps.
-- ``luna-realtime[:NAME|DIR]`` (default luna-realtime-tiny): Luna Realtime through ``duet.serve.luna_realtime_adapter``
-  and :class:`EngineSynthesizer`, streamed block by block; ``--steps`` sets the refinement steps per block.
+- ``gepard[:NAME|DIR]``, ``luna[:NAME|DIR]`` and ``luna-realtime[:NAME|DIR]`` (defaults gepard-tiny, luna-tiny,
+  luna-realtime-tiny): a shipped model through the serving adapter (``duet.serve.adapter.FamilyAdapter``) and
+  :class:`EngineSynthesizer`. Prompt wavs are not used (no family clones from raw audio over the engine).
+  ``--steps`` sets Luna's refinement steps (Realtime: per block).
 - ``speaker:NAME|DIR``: any model ``duet.load`` knows through its speaker (:class:`SpeakerSynthesizer`), one item
-  at a time and streamed; Luna clones each item's prompt (prompt wav + transcript) here, Luna Realtime runs here.
+  at a time and streamed; Luna clones each item's prompt (prompt wav + transcript) here. The speaker drives the
+  same family runtime as the engine, so the frames of an item are the same either way.
 
 Other systems plug in through :func:`register_synthesizer`; a serving adapter (``duet.serve.adapter.ModelAdapter``)
 becomes a synthesiser with ``EngineSynthesizer(adapter)``.
@@ -183,14 +183,12 @@ class EngineSynthesizer:
         from duet.serve.engine import Engine, EngineConfig
         from duet.serve.scheduler import SchedulerConfig
 
-        if options.cfg_scale is not None:
-            raise DuetError("the serving engine guides with each model's default scale; for --cfg-scale evaluate "
-                            f"through the speaker: --model speaker:{adapter.name}")
         self.adapter = adapter
         self.name = adapter.name
         self.batch_size = options.batch_size
         self.seed = options.seed
-        self.params = params or replace(adapter.default_params, **options.given("steps", "temperature", "top_k"))
+        self.params = params or replace(adapter.default_params,
+                                        **options.given("steps", "temperature", "top_k", "cfg_scale"))
         self.timeout_s = timeout_s
         self.engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=options.batch_size,
                                                                               max_waiting=options.batch_size)))
@@ -264,7 +262,7 @@ class SpeakerSynthesizer:
         self.seed = options.seed
         # only the options given: a speaker without steps (Gepard) refuses the keyword
         self.options = options.given("steps", "cfg_scale", "temperature", "top_k")
-        self.clones = hasattr(speaker, "voice_prompt")
+        self.clones = speaker.supports_cloning
 
     def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
         from duet.audio import load_audio
@@ -327,23 +325,21 @@ def _mock(arg: str | None, options: SynthOptions) -> Synthesizer:
     return EngineSynthesizer(MockAdapter(), options)
 
 
-def _gepard(arg: str | None, options: SynthOptions) -> Synthesizer:
-    from duet.serve.gepard_adapter import load_gepard_adapter
+def _family(kind: str, default: str) -> SynthFactory:
+    """A shipped model of this family through its serving adapter (``duet.serve.adapter.FamilyAdapter``)."""
 
-    return EngineSynthesizer(load_gepard_adapter(arg or "gepard-tiny"), options)
+    def factory(arg: str | None, options: SynthOptions) -> Synthesizer:
+        from duet.serve.adapter import FamilyAdapter
+        from duet.shipped import model_type
+        from duet.tts import load_runtime
 
+        target = arg or default
+        _, found = model_type(target)
+        if found != kind:
+            raise DuetError(f"{target} is a {found} model, not {kind}")
+        return EngineSynthesizer(FamilyAdapter(load_runtime(target, device=options.device)), options)
 
-def _luna(arg: str | None, options: SynthOptions) -> Synthesizer:
-    from duet.serve.luna_adapter import load_luna_adapter
-
-    return EngineSynthesizer(load_luna_adapter(arg or "luna-tiny", device=options.device), options)
-
-
-def _luna_realtime(arg: str | None, options: SynthOptions) -> Synthesizer:
-    from duet.serve.luna_realtime_adapter import load_luna_realtime_adapter
-
-    adapter = load_luna_realtime_adapter(arg or "luna-realtime-tiny", device=options.device)
-    return EngineSynthesizer(adapter, options)
+    return factory
 
 
 def _speaker(arg: str | None, options: SynthOptions) -> Synthesizer:
@@ -357,7 +353,8 @@ def _speaker(arg: str | None, options: SynthOptions) -> Synthesizer:
 
 
 _REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock,
-                                      "gepard": _gepard, "luna": _luna, "luna-realtime": _luna_realtime,
+                                      "gepard": _family("gepard", "gepard-tiny"), "luna": _family("luna", "luna-tiny"),
+                                      "luna-realtime": _family("luna-realtime", "luna-realtime-tiny"),
                                       "speaker": _speaker}
 _ALIASES = {"gt": "ground-truth"}
 

@@ -1,15 +1,11 @@
 """Serving: a continuous-batching engine and an OpenAI-compatible speech API.
 
-``sampling``        per-request SamplingParams and one batched, factorised sampling step (per-row generators)
-``adapter``         the ModelAdapter protocol between the engine and a model family (prefill once, step, release)
+``adapter``         the ModelAdapter protocol between the engine and a model, and FamilyAdapter: any family's
+                    runtime (``duet.tts.runtime``: Gepard, Luna, Luna Realtime) behind it, with the shared checks
 ``kv_budget``       the KV-cache byte budget and a request's worst-case reservation
 ``scheduler``       admission: bounded FIFO queue, slot limit, budget (pure bookkeeping)
 ``engine``          the engine thread: join/leave at any step, stop / bound / cancel, per-request stream decoders
 ``mock``            a weightless adapter + codec (uniform logits, scripted stop) for tests and ``--model mock``
-``gepard_adapter``  Gepard behind the engine: pooled KV slots, one batched decode step per frame
-``luna_adapter``    Luna behind the engine: one batched MaskGIT refinement step of every request per engine step
-``luna_realtime_adapter``  Luna Realtime behind the engine: one refinement step of every request's active block
-                    per engine step (KV cache per request); each committed block's frames go out at once
 ``schemas``         request fields, SSE event shapes, ServeConfig and the table of every limit
 ``audio_io``        wav / pcm / flac bytes out, reference clips in
 ``metrics``         Prometheus text format

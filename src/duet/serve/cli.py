@@ -122,17 +122,9 @@ def build_adapter(args: argparse.Namespace):
         from duet.serve.mock import MockAdapter
 
         return MockAdapter()
-    if family == "luna":
-        from duet.serve.luna_adapter import load_luna_adapter
+    from duet.serve.adapter import load_adapter
 
-        return load_luna_adapter(target, codec=args.codec)
-    if family == "luna-realtime":
-        from duet.serve.luna_realtime_adapter import load_luna_realtime_adapter
-
-        return load_luna_realtime_adapter(target, codec=args.codec)
-    from duet.serve.gepard_adapter import load_gepard_adapter
-
-    return load_gepard_adapter(target, codec=args.codec)
+    return load_adapter(target, codec=args.codec)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ from duet.serve.adapter import ModelAdapter, StepOutput, SynthesisRequest
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest
 from duet.serve.kv_budget import reservation_bytes
 from duet.serve.scheduler import Scheduler, SchedulerConfig
+from duet.tts.runtime import settle
 
 log = logging.getLogger("duet.serve")
 
@@ -416,22 +417,17 @@ class Engine:
     def _advance(self, slot: _Slot, out: StepOutput) -> str | None:
         """Take one step's output. -> "chunk" (a chunk of frames is ready to decode), "stop" or "bound" (the request
         ends: decode and flush what it has, then close it), or None (nothing to do yet)."""
-        params = slot.handle.request.params
         if out.error is not None:
             log.error("request %s failed: %s", slot.handle.id, out.error)
             self._close(slot, "error", out.error)
             return None
-        if out.stop_prob is not None and out.stop_prob > params.stop_threshold:
-            return "stop"  # this step's frame is the terminal phantom: not emitted
-        codes = out.codes[..., : slot.max_frames - slot.frames]  # (K, t) never past the bound
+        codes, end = settle(out, slot.frames, slot.max_frames, slot.handle.request.params.stop_threshold)  # (K, t)
         if codes.shape[-1]:
             slot.pending.append(codes)
             slot.frames += codes.shape[-1]
             self._frames += codes.shape[-1]
-        if out.final:
-            return "stop"
-        if slot.frames >= slot.max_frames:
-            return "bound"
+        if end is not None:
+            return end
         return "chunk" if sum(c.shape[-1] for c in slot.pending) >= slot.chunk else None
 
     def _emit_many(self, slots: list[_Slot], final: list[bool]) -> None:

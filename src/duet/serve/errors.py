@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from duet.errors import DuetError
+from duet.errors import DuetError, InvalidRequest
 
-
-class InvalidRequest(DuetError):
-    """A request no model run can satisfy (unknown voice, too long for the cache budget, ...): HTTP 400."""
-
-    def __init__(self, message: str, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.param = param
-        self.code = code
+__all__ = ["InvalidRequest", "QueueFull", "EngineClosed", "GenerationFailed"]  # InvalidRequest: duet.errors (HTTP 400)
 
 
 class QueueFull(DuetError):

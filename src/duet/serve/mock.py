@@ -27,7 +27,7 @@ from duet.codecs.base import DecodeResult, EncodeResult
 from duet.gepard.sampling import channel_logit_mask
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
-from duet.serve.sampling import SamplingParams, sample_requests
+from duet.tts.sampling import SamplingParams, sample_requests
 
 GEPARD_CHANNEL_LEVELS = (8, 7, 6, 6) * 8
 

@@ -1,16 +1,19 @@
 """Speak with a shipped model in two lines: ``duet.load("gepard-tiny").speak("Hello there").write("hello.wav")``.
 
-``load`` resolves a model name (``duet.shipped.resolve_model``) to ``<checkpoints root>/<name>`` (``$DUET_CHECKPOINTS`` or the checkout's
-``checkpoints/``, as for codecs) or takes a directory, reads ``config.json`` and returns the family's speaker:
+``load`` resolves a model name (``duet.shipped.resolve_model``) to ``<checkpoints root>/<name>`` (``$DUET_CHECKPOINTS``
+or the checkout's ``checkpoints/``, as for codecs) or takes a directory, reads ``config.json`` and returns one
+:class:`duet.tts.speaker.Speaker` over the family's runtime (``load_runtime``, the step code ``duet serve`` drives
+too):
 
-- ``gepard`` -> :class:`duet.tts.gepard.GepardSpeaker` (``speak``, ``stream`` frame by frame)
-- ``luna`` -> :class:`duet.tts.luna.LunaSpeaker` (``speak``, ``stream`` one sentence at a time; ``steps``, ``speed``)
-- ``luna-realtime`` -> :class:`duet.tts.luna_realtime.RealtimeSpeaker` (``speak``, ``stream`` block by block as
-  blocks are committed; ``steps`` per block)
+- ``gepard`` -> :class:`duet.tts.gepard.GepardRuntime` (streams frame by frame; ``speed`` for an aligned model)
+- ``luna`` -> :class:`duet.tts.luna.LunaRuntime` (streams one sentence at a time; ``steps``, ``speed``, cloning with
+  ``voice_prompt``, editing with ``edit``)
+- ``luna-realtime`` -> :class:`duet.tts.luna_realtime.RealtimeRuntime` (streams block by block as blocks are
+  committed; ``steps`` per block)
 
-Speakers share one surface: ``voices``, ``sample_rate``, ``speak(text, voice=, seed=) -> Speech`` and
-``stream(text, ...) -> Iterator[np.ndarray]`` (audio chunks as they are decoded); Luna's also take ``steps=`` and
-``speed=`` (Realtime: ``steps=`` only).
+Every speaker has one surface: ``voices``, ``sample_rate``, ``speak(text, voice=, seed=, temperature=, top_k=,
+cfg_scale=, speed=, steps=) -> Speech`` and ``stream(text, ...) -> Iterator[np.ndarray]`` (audio chunks as they are
+decoded); an option the family does not take (``steps`` for Gepard, ``speed`` for Realtime) is a DuetError.
 """
 
 from __future__ import annotations
@@ -21,19 +24,27 @@ from duet.errors import DuetError
 from duet.shipped import MODELS, model_type, resolve_model  # noqa: F401  (duet.tts's names for users)
 
 
-def load(name_or_path: str | Path, device: str = "cpu"):
-    """The speaker for a shipped model name or a checkpoint directory."""
+def load_runtime(name_or_path: str | Path, codec: str | None = None, device: str = "cpu", name: str | None = None):
+    """The family runtime (``duet.tts.runtime.FamilyRuntime``) of a shipped model name or a checkpoint directory;
+    ``codec`` defaults to the codec the checkpoint was trained on, ``name`` to the directory's name."""
     path, kind = model_type(name_or_path)
     if kind == "gepard":
-        from duet.tts.gepard import GepardSpeaker
+        from duet.tts.gepard import load_gepard_runtime
 
-        return GepardSpeaker.from_pretrained(path, device=device)
+        return load_gepard_runtime(path, codec=codec, device=device, name=name)
     if kind == "luna":
-        from duet.tts.luna import LunaSpeaker
+        from duet.tts.luna import load_luna_runtime
 
-        return LunaSpeaker.from_pretrained(path, device=device)
+        return load_luna_runtime(path, codec=codec, device=device, name=name)
     if kind == "luna-realtime":
-        from duet.tts.luna_realtime import RealtimeSpeaker
+        from duet.tts.luna_realtime import load_realtime_runtime
 
-        return RealtimeSpeaker.from_pretrained(path, device=device)
+        return load_realtime_runtime(path, codec=codec, device=device, name=name)
     raise DuetError(f"{path} holds a {kind!r} model; duet speaks with: gepard, luna, luna-realtime")
+
+
+def load(name_or_path: str | Path, device: str = "cpu"):
+    """The speaker for a shipped model name or a checkpoint directory."""
+    from duet.tts.speaker import Speaker
+
+    return Speaker(load_runtime(name_or_path, device=device))

@@ -14,7 +14,7 @@ text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot 
 stderr and exit code 2, before any model is loaded where possible.
 
 ``--prompt`` with ``--prompt-text`` clones the voice of a reference clip (Luna only: the clip's codes and its
-transcript condition the new text, Luna §2.5; ``duet.tts.luna.LunaSpeaker.voice_prompt``). A silent, unreadable or
+transcript condition the new text, Luna §2.5; ``duet.tts.speaker.Speaker.voice_prompt``). A silent, unreadable or
 too long clip, or one flag without the other, is refused in one line.
 """
 
@@ -159,8 +159,6 @@ def run_speak(args: argparse.Namespace) -> int:
     fmt = check_output(out)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
     speaker = load(args.model)
-    if args.voice is not None and args.voice not in speaker.voices:
-        raise DuetError(f"unknown voice {args.voice!r} for {args.model}: {', '.join(speaker.voices)}")
     if "prompt" in model_options:
         from duet.audio import load_audio
 

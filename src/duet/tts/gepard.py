@@ -1,148 +1,286 @@
-"""Gepard as a speaker: text -> sentences -> prompt ids -> frames (``duet.gepard.generate``) -> codec -> audio.
+"""Gepard's runtime: prefill each request once, then one batched KV-cached decode step per frame, for ``duet speak``
+and ``duet serve`` alike (``duet.tts.runtime``).
 
-Long text is split at sentence boundaries (``duet.text.sentences``) and each piece is generated on its own, with
-``gap_seconds`` of silence between pieces; piece i samples with seed ``seed + i``, so a seed fixes the whole
-utterance. ``speed`` (> 1 faster) divides the durations an aligned model predicts for its text
-(``duet.gepard.aligned``); a model without aligned input has no durations to scale and refuses it. ``stream`` hands out audio every ``chunk_frames`` frames through the codec's stream decoder; its chunks
-concatenate to what ``speak`` (one codec call per piece) returns for the same seed, up to float rounding
-(tested).
+Gepard's decode loop is a stock transformer step (DESIGN §A, "Principle"), so continuous batching is the usual
+LLM kind: requests of different lengths decode together in one forward pass per step. Caches live in one pool
+(``duet.tts.kv_pool``): each cached sequence (a *row*) owns a slot and its positions [0, L) in it. A request has one
+row, or two with classifier-free guidance (conditional, then the unconditional prompt [SOT, EOT, SOS] of
+``GepardPrompt.unconditional``, as ``duet.gepard.generate`` runs it). Each step
+
+1. guides every running request's pending logits (``uncond + w (cond - uncond)``; w = 1 reads the conditional row
+   alone), samples its frame with its own parameters and generator (``duet.tts.sampling``) and reads its stop
+   probability from the conditional row (sigmoid of the stop head; Gepard §3.3);
+2. feeds the frames of the requests that go on through the backbone as one batch of rows: their pool rows, cut at
+   the longest length (right-padded), become a stock ``DynamicCache``; a 4D additive mask (R, 1, 1, L + 1) hides
+   each row's padding, and per-row position ids give the new position its own RoPE angle;
+3. scatters the new key/value column of every row back into the pool at its own length, in one indexed write.
+
+So a step costs a fixed number of tensor ops whatever the batch size. A request whose stop probability exceeds its
+threshold is not fed (its caller drops that step's phantom frame), so a row never holds more than
+``prompt + bound`` positions. Frames come from Gepard's one sampler (``duet.gepard.sampling``), the one
+``duet.gepard.generate`` and the vLLM path use, so a seed gives the same frames offline, spoken and served.
+
+Aligned text input (``duet.gepard.aligned``): prefill runs the model's own ``prefill`` (its duration predictor lays
+the text out, at the request's ``speed``) and each row keeps its embedded text, durations and next audio position;
+a step adds every row's aligned input, computed in one call over the rows padded to the longest text. Such a model
+knows how long a text will be: one predicted to end within ``margin_frames`` of its bound is refused.
+
+Divergences, named: voice cloning waits for the Q-Former; the cache budget reserves one row per request, so a
+request guided where the model's default is not (``cfg_scale`` != 1) holds twice what it reserved.
+
+Shape legend: B running requests, R rows (a request's one or two), S prompt ids, C channels (32), G packed groups
+(8), D width, H_kv key/value heads, hd head_dim, L cached positions.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Sequence
 
-import numpy as np
 import torch
+from transformers.cache_utils import DynamicCache
 
+from duet.codecs.base import Codec
 from duet.codecs.fsq import FSQConfig, GroupFSQ
-from duet.errors import DuetError
-from duet.gepard.checkpoint import LoadedGepard, load_gepard
-from duet.gepard.generate import SPEAK_SAMPLING, STOP, SamplingConfig, stream
-from duet.gepard.model import GepardPrompt
-from duet.text.prompts import gepard_prompt
-from duet.text.sentences import split_sentences
-from duet.tts.speech import Speech
+from duet.errors import DuetError, InvalidRequest
+from duet.gepard.aligned import AlignedState
+from duet.gepard.generate import SPEAK_SAMPLING, SamplingConfig, frame_bound, guide
+from duet.gepard.heads import pad_channels
+from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
+from duet.nn.backbone import run_backbone
+from duet.tts.kv_pool import KVPool
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, kv_cache_bytes, restoring_generators
+from duet.tts.sampling import SamplingParams, sample_requests
 
 
 @dataclass(frozen=True)
-class SpeakConfig:
-    sampling: SamplingConfig = SPEAK_SAMPLING
-    max_chars: int = 200  # longest piece of text per generation
-    gap_seconds: float = 0.15  # silence between pieces
-    chunk_frames: int = 4  # frames per streamed push into the codec decoder
-    language: str = "en"
+class GepardRuntimeConfig:
+    frames_per_token: float = SamplingConfig.frames_per_token  # length bound from the text (duet.gepard.generate)
+    margin_frames: int = SamplingConfig.margin_frames
+    max_frames: int = SamplingConfig.max_frames
+    # request defaults: cooled and truncated (SPEAK_SAMPLING), or the model's own (its config.json)
+    params: SamplingParams = SamplingParams(temperature=SPEAK_SAMPLING.temperature, top_k=SPEAK_SAMPLING.top_k)
 
 
-class GepardSpeaker:
-    """A loaded Gepard model with its codec; one voice until speaker prefixes are trained in."""
-
-    voices = ("default",)
-
-    def __init__(self, loaded: LoadedGepard, codec, config: SpeakConfig = SpeakConfig()):
-        self.model = loaded.model
-        self.tokenizer = loaded.tokenizer
-        self.codec = codec
-        self.config = config
-        self.name = loaded.path.name
-        self.sample_rate = codec.sample_rate
-        self.fsq = GroupFSQ(FSQConfig())
-        if len(codec.codebook_sizes) != self.fsq.config.num_groups:
-            raise DuetError(f"{self.name} needs a packed-FSQ codec; {codec} has {len(codec.codebook_sizes)} streams")
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu") -> "GepardSpeaker":
-        from duet.codecs import load as load_codec
-
-        loaded = load_gepard(path, device=device)
-        config = SpeakConfig(sampling=replace(SPEAK_SAMPLING, **loaded.sampling))  # the model's own defaults, if any
-        return cls(loaded, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device), config)
-
-    def _check(self, text: str, voice: str | None, cfg_scale: float | None = None,
-               speed: float | None = None) -> list[str]:
-        if voice is not None and voice not in self.voices:
-            raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
-        if speed is not None:
-            if not (math.isfinite(speed) and speed > 0):
-                raise DuetError(f"speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")
-            if not self.model.is_aligned and speed != 1.0:
-                raise DuetError(f"{self.name} has no duration predictor (no aligned text input): it decodes until "
-                                "it stops, so there is no length to scale")
-        if cfg_scale is not None and cfg_scale != 1.0 and self.model.config.text_dropout_prob == 0:
-            raise DuetError(f"{self.name} was trained without text dropout, so it has no unconditional path for "
-                            "classifier-free guidance (train with duet train gepard --text-dropout 0.1)")
-        pieces = split_sentences(text, self.config.max_chars)
-        if not pieces:
-            raise DuetError("the text is empty")
-        return pieces
-
-    def _sampling(self, seed: int | None, piece: int, **overrides) -> SamplingConfig:
-        cfg = replace(self.config.sampling, **{k: v for k, v in overrides.items() if v is not None})
-        return replace(cfg, seed=None if seed is None else seed + piece)
-
-    def _frames(self, piece: str, sampling: SamplingConfig, speed: float | None = None):
-        ids = gepard_prompt(piece, self.tokenizer, language=self.config.language)
-        device = self.model.embed_tokens.weight.device
-        prompt = GepardPrompt(torch.tensor([ids], dtype=torch.long, device=device), speed=speed or 1.0)  # (1, S)
-        uncond = prompt.unconditional() if sampling.cfg_scale != 1.0 else None
-        return stream(self.model, prompt, config=sampling, uncond_prompt=uncond, fsq=self.fsq)  # yields (1, G)
-
-    def stream(self, text: str, *, voice: str | None = None, seed: int | None = None,
-               temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
-               speed: float | None = None, ended: list[str] | None = None) -> Iterator[np.ndarray]:
-        """Audio chunks (float32 (s,)) as frames are decoded; ``ended`` (if given) collects how each piece ended.
-        ``cfg_scale`` w != 1 runs two-pass CFG (a model trained with text dropout only). Input is checked here,
-        not at the first chunk."""
-        pieces = self._check(text, voice, cfg_scale, speed)
-        return self._stream(pieces, seed, temperature, top_k, cfg_scale, speed, ended)
-
-    def _stream(self, pieces: list[str], seed: int | None, temperature: float | None, top_k: int | None,
-                cfg_scale: float | None, speed: float | None, ended: list[str] | None) -> Iterator[np.ndarray]:
-        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
-        for i, piece in enumerate(pieces):
-            if i:
-                yield gap
-            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k,
-                                                            cfg_scale=cfg_scale), speed)
-            decoder = self.codec.stream_decoder()
-            pending: list[torch.Tensor] = []
-            for frame in generation:
-                pending.append(frame[:, :, None])  # (1, G, 1)
-                if len(pending) == self.config.chunk_frames:
-                    chunk = decoder.push(torch.cat(pending, dim=-1))[0]
-                    pending = []
-                    if chunk.numel():
-                        yield chunk.numpy()
-            rest = [decoder.push(torch.cat(pending, dim=-1))[0]] if pending else []
-            rest.append(decoder.flush()[0])
-            tail = torch.cat(rest)
-            if tail.numel():
-                yield tail.numpy()
-            if ended is not None:
-                ended.append(generation.result.ended[0])
-
-    def speak(self, text: str, *, voice: str | None = None, seed: int | None = None,
-              temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
-              speed: float | None = None) -> Speech:
-        """The whole utterance at once: each piece's frames decoded in one codec call."""
-        pieces = self._check(text, voice, cfg_scale, speed)
-        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
-        audio: list[np.ndarray] = []
-        ended: list[str] = []
-        for i, piece in enumerate(pieces):
-            generation = self._frames(piece, self._sampling(seed, i, temperature=temperature, top_k=top_k,
-                                                            cfg_scale=cfg_scale), speed)
-            frames = [frame[:, :, None] for frame in generation]  # T x (1, G, 1)
-            ended.append(generation.result.ended[0])
-            if i:
-                audio.append(gap)
-            if frames:
-                audio.append(self.codec.decode(torch.cat(frames, dim=-1)).audio[0].numpy())
-        out = np.concatenate(audio) if audio else np.zeros(0, dtype=np.float32)
-        return Speech(out.astype(np.float32), self.sample_rate, tuple(pieces), tuple(ended))
+def check_predicted_length(frames: float, max_frames: int, frame_rate: float, margin_frames: int = 0) -> None:
+    """An aligned model knows how long a text will be: refuse one that would not end ``margin_frames`` before the
+    bound (sampled speech runs a little longer or shorter than predicted; past the bound it would be cut)."""
+    if frames + margin_frames > max_frames:
+        room = (max_frames - margin_frames) / frame_rate
+        raise InvalidRequest(f"this text needs about {frames / frame_rate:.1f} s of speech; one request holds "
+                             f"{room:.1f} s (and {margin_frames / frame_rate:.1f} s of margin); split it into shorter "
+                             "requests", param="input", code="context_length_exceeded")
 
 
-__all__ = ["GepardSpeaker", "SpeakConfig", "STOP"]
+@dataclass(eq=False)
+class _Row:
+    """One cached sequence in the pool: a request's conditional or unconditional prompt and its frames."""
+
+    slot: int
+    length: int  # cached positions L
+    next_codes: torch.Tensor  # (216,) logits of the next frame
+    next_stop: torch.Tensor  # () stop logit of the next frame
+    aligned: AlignedState | None = None  # aligned text input: this row's text, durations and next position
+
+
+@dataclass(eq=False)
+class GepardState:
+    request: SynthesisRequest
+    generator: torch.Generator
+    rows: list[_Row]  # conditional, then unconditional when guiding
+    cfg_scale: float = 1.0
+
+
+@dataclass(eq=False)
+class GepardRuntime:
+    """Implements ``duet.tts.runtime.FamilyRuntime`` for a :class:`GepardModel` and a packed-token codec.
+    ``encode`` turns a text into its prompt ids [SOT, text ids, EOT, SOS] (``duet.text.prompts.gepard_prompt``)."""
+
+    model: GepardModel
+    codec: Codec
+    encode: Callable[[str], list[int]]
+    name: str = "gepard"
+    config: GepardRuntimeConfig = GepardRuntimeConfig()
+    fsq: GroupFSQ = field(default_factory=lambda: GroupFSQ(FSQConfig()))
+
+    def __post_init__(self) -> None:
+        mcfg = self.model.config
+        if tuple(self.fsq.config.channel_levels) != tuple(mcfg.channel_levels):
+            raise DuetError("the FSQ packing does not match the model's channel levels")
+        if len(self.codec.codebook_sizes) != self.fsq.config.num_groups:
+            raise DuetError(f"{self.name} needs a packed-FSQ codec of {self.fsq.config.num_groups} code streams; the "
+                            f"codec has {len(self.codec.codebook_sizes)}")
+        self.model.eval()
+        no_speed = None if self.model.is_aligned else ("it has no duration predictor (no aligned text input): it "
+                                                       "decodes until it stops, so there is no length to scale")
+        self.traits = FamilyTraits(speed=no_speed, nucleus=True, cloning_note=" yet")
+        bb = mcfg.backbone
+        self._dtype = self.model.embed_tokens.weight.dtype
+        self._device = self.model.embed_tokens.weight.device
+        self.pool = KVPool(bb.num_layers, bb.num_kv_heads, bb.head_dim, self._dtype, self._device)
+        self.cache_bytes_per_position = kv_cache_bytes(bb.num_layers, bb.num_kv_heads, bb.head_dim, self._dtype)
+        self._levels = tuple(mcfg.channel_levels)
+        self._ids: PerRequest[list[int]] = PerRequest()
+
+    @property
+    def max_frames(self) -> int:
+        return self.config.max_frames
+
+    @property
+    def default_params(self) -> SamplingParams:
+        return self.config.params
+
+    # --- admission-time questions (any thread) ----------------------------------------------------------------------
+
+    def check(self, request: SynthesisRequest) -> None:
+        if self._cfg_scale(request) != 1.0 and self.model.config.text_dropout_prob == 0:
+            raise InvalidRequest(f"{self.name} was trained without text dropout, so it has no unconditional path for "
+                                 "classifier-free guidance (train with duet train gepard --text-dropout 0.1)",
+                                 param="cfg_scale")
+        limit = self.model.config.backbone.max_positions
+        prompt = self.prompt_positions(request)
+        if prompt >= limit:  # before the duration model, whose cost grows with the square of the text
+            raise InvalidRequest(f"the text takes {prompt} positions, the model has {limit}; split it into shorter "
+                                 "requests", param="input", code="context_length_exceeded")
+        if self.model.is_aligned and request.params.max_frames is None:  # it knows how long the text will be
+            ids = self._prompt_ids(request)
+            lengths = torch.tensor([ids.shape[1]], device=self._device)
+            frames = float(self.model.duration.predict(ids, lengths, request.speed).sum())
+            check_predicted_length(frames, self.frame_bound(request), self.codec.frame_rate, self.config.margin_frames)
+        need = prompt + (request.params.max_frames or self.frame_bound(request))
+        if need > limit:
+            raise InvalidRequest(f"prompt + frames = {need} positions exceeds the model's {limit}", param="input",
+                                 code="context_length_exceeded")
+
+    def frame_bound(self, request: SynthesisRequest) -> int:
+        cfg = self.config
+        bound = SamplingConfig(frames_per_token=cfg.frames_per_token, margin_frames=cfg.margin_frames,
+                               max_frames=cfg.max_frames)
+        return frame_bound(self.prompt_positions(request) - NUM_SERVICE_TOKENS, bound)
+
+    def prompt_positions(self, request: SynthesisRequest) -> int:
+        return len(self._text_ids(request))
+
+    def _text_ids(self, request: SynthesisRequest) -> list[int]:
+        return self._ids.get(request, lambda r: self.encode(r.text))
+
+    def _prompt_ids(self, request: SynthesisRequest) -> torch.Tensor:
+        return torch.tensor([self._text_ids(request)], dtype=torch.long, device=self._device)  # (1, S)
+
+    def _cfg_scale(self, request: SynthesisRequest) -> float:
+        return 1.0 if request.params.cfg_scale is None else request.params.cfg_scale
+
+    # --- the decode thread ------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[GepardState]:
+        states = []
+        for request, seed in zip(requests, seeds):  # one by one: prompts differ in length, and prefill is once
+            prompt = GepardPrompt(self._prompt_ids(request), speed=request.speed)
+            bound = request.params.max_frames or self.frame_bound(request)
+            w = self._cfg_scale(request)
+            rows = [self._prefill_row(p, bound) for p in ([prompt] if w == 1.0 else [prompt, prompt.unconditional()])]
+            generator = torch.Generator(device=self._device).manual_seed(seed)
+            states.append(GepardState(request, generator, rows, w))
+        return states
+
+    def _prefill_row(self, prompt: GepardPrompt, bound: int) -> _Row:
+        aligned = None
+        if self.model.is_aligned:
+            logits, aligned = self.model.prefill(prompt)
+            cache = aligned.cache
+            aligned.cache = None  # the pool holds it from here
+        else:
+            cache = self.model.new_cache()
+            logits = self.model.logits(text_ids=prompt.text_ids, cache=cache)  # N = 1: the SOS position
+        s = prompt.text_ids.shape[1]
+        slot = self.pool.alloc(s + bound)
+        prompt_kv = [torch.stack([c.keys[0], c.values[0]]) for c in cache.layers]  # layers x (2, H_kv, S, hd)
+        self.pool.kv[:, :, slot, :, :s] = torch.stack(prompt_kv)
+        return _Row(slot, s, logits.codes[0, -1], logits.stop[0, -1], aligned)
+
+    @torch.no_grad()
+    def step(self, states: Sequence[GepardState]) -> list[StepOutput]:
+        flat = [s.rows[0].next_codes.float() if s.cfg_scale == 1.0 else
+                guide(s.rows[0].next_codes.float(), s.rows[1].next_codes.float(), s.cfg_scale) for s in states]
+        logits = pad_channels(torch.stack(flat), self._levels)  # (B, C, Lmax)
+        with restoring_generators([s.generator for s in states]):  # all or nothing (duet.tts.runtime)
+            frames = sample_requests(logits, [s.request.params for s in states], [s.generator for s in states])
+            p_stop = torch.sigmoid(torch.stack([s.rows[0].next_stop for s in states]).float()).tolist()  # B floats
+            go_on = [i for i, s in enumerate(states) if p_stop[i] <= s.request.params.stop_threshold]
+            if go_on:
+                rows = [(row, i) for i in go_on for row in states[i].rows]
+                self._decode([row for row, _ in rows], frames[[i for _, i in rows]])  # frames (R, C); writes last
+        packed = self.fsq.fold(frames.cpu()[:, :, None])  # (B, G, 1); codes leave the runtime on the CPU
+        return [StepOutput(codes=packed[i], stop_prob=p_stop[i]) for i in range(len(states))]
+
+    def release(self, state: GepardState) -> None:
+        for row in state.rows:
+            self.pool.free(row.slot)
+
+    def _decode(self, rows: list[_Row], frames: torch.Tensor) -> None:
+        """Feed frames (R, C) to these rows: one batched forward; each row's cache grows by one position."""
+        r = len(rows)
+        slots = torch.tensor([row.slot for row in rows], device=self._device)  # (R,)
+        lengths = torch.tensor([row.length for row in rows], device=self._device)  # (R,)
+        lmax = max(row.length for row in rows)
+        if lmax >= self.pool.kv.shape[4]:
+            raise RuntimeError("a request outgrew its KV reservation")  # the caller's bound prevents this
+        cached = self.pool.kv[:, :, slots, :, :lmax]  # (layers, 2, R, H_kv, L, hd), right-padded
+        cache = DynamicCache(config=self.model.model.config)
+        for layer in range(cached.shape[0]):
+            cache.update(cached[layer, 0], cached[layer, 1], layer)
+        # Column j < L holds row b's position j if j < L_b (else padding); column L is the new position.
+        column = torch.arange(lmax + 1, device=self._device)  # (L + 1,)
+        visible = (column[None] < lengths[:, None]) | (column[None] == lmax)  # (R, L + 1)
+        mask = torch.zeros((r, 1, 1, lmax + 1), dtype=self._dtype, device=self._device)  # (R, 1, Q=1, KV)
+        # additive, not boolean: read correctly by both sdpa and eager attention (DESIGN §C)
+        mask.masked_fill_(~visible[:, None, None, :], torch.finfo(self._dtype).min)
+        x = self.model.audio_interface(frames[:, None, :]).to(self._dtype)  # (R, 1, D)
+        if self.model.is_aligned:
+            x = x + self._aligned_inputs(rows)
+        hidden = run_backbone(self.model.model, x, cache=cache, position_ids=lengths[:, None], attention_mask=mask)
+        out = self.model.heads(hidden)  # codes (R, 1, 216), stop (R, 1)
+        new = torch.stack([torch.stack([c.keys[:, :, -1], c.values[:, :, -1]]) for c in cache.layers])
+        # new (layers, 2, R, H_kv, hd); the indexed view puts its advanced dim first: (R, layers, 2, H_kv, hd)
+        self.pool.kv[:, :, slots, :, lengths] = new.permute(2, 0, 1, 3, 4)
+        for i, row in enumerate(rows):
+            row.length += 1
+            row.next_codes, row.next_stop = out.codes[i, -1], out.stop[i, -1]
+
+    def _aligned_inputs(self, rows: list[_Row]) -> torch.Tensor:
+        """Each row's aligned input (R, 1, D) at its next audio position, one batched call; positions advance."""
+        states = [row.aligned for row in rows]
+        assert all(a is not None for a in states)
+        smax = max(a.text.shape[1] for a in states)
+        text = torch.zeros((len(states), smax, states[0].text.shape[2]), dtype=states[0].text.dtype,
+                           device=self._device)  # (R, S, D)
+        durations = torch.zeros((len(states), smax), device=self._device)  # (R, S)
+        for i, a in enumerate(states):
+            text[i, : a.text.shape[1]] = a.text[0]
+            durations[i, : a.durations.shape[1]] = a.durations[0]
+        lengths = torch.tensor([a.text.shape[1] for a in states], device=self._device)
+        positions = torch.tensor([[a.position] for a in states], device=self._device)  # (R, 1)
+        for a in states:
+            a.position += 1
+        return self.model.aligned(text, lengths, durations, positions).to(self._dtype)
+
+
+def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str = "cpu",
+                        name: str | None = None, language: str = "en") -> GepardRuntime:
+    """The runtime of a shipped Gepard directory; ``codec`` defaults to the codec the checkpoint was trained on,
+    the request defaults to the model's own sampling (its config.json), else SPEAK_SAMPLING."""
+    from duet.codecs import load as load_codec
+    from duet.gepard.checkpoint import load_gepard
+    from duet.text.prompts import gepard_prompt
+
+    loaded = load_gepard(path, device=device)
+    config = GepardRuntimeConfig()
+    if loaded.sampling:
+        config = replace(config, params=replace(config.params, **loaded.sampling))
+    tokenizer = loaded.tokenizer
+    return GepardRuntime(loaded.model, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device),
+                         lambda text: gepard_prompt(text, tokenizer, language=language), name or loaded.path.name,
+                         config)

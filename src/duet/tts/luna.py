@@ -1,181 +1,138 @@
-"""Luna-TTS as a speaker: text -> sentences -> text ids -> length T (duration predictor) -> MaskGIT -> codec -> audio.
+"""Luna-TTS's runtime: one step = one MaskGIT refinement step of every running request, for ``duet speak`` and
+``duet serve`` alike (``duet.tts.runtime``).
 
-Luna is non-autoregressive: a piece's whole grid is refined at once (S steps over all T frames), so none of it can
-be heard before all of it is decoded. ``stream`` therefore yields one chunk per piece of text (a sentence, see
-``duet.text.sentences``), with the silent gap between pieces as chunks of their own; the chunks concatenate to
-exactly what ``speak`` returns for the same seed (both run the same per-piece generator). Luna-TTS Realtime
-(``duet.luna.stream``) is the family member that streams inside a sentence.
+Luna is non-autoregressive (DESIGN §B): a request's whole (T, Q) grid starts fully masked and is refined in S steps,
+so batching is "batched by refinement step". Each step
 
-Per piece: T = round(sum of the predictor's expected token durations / ``speed``) (``duration.total_frames``;
-speed > 1 speaks faster), at most ``max_frames`` and what the model's positions leave after the text (a capped
-piece reports "bound", any other "stop": it ends where the model said, ``duet.finish``); the all-mask (1, T, Q) grid is decoded in ``steps`` MaskGIT steps
-(32 by default, §2.5; 16 and 8 are the report's faster settings) with CFG on the text; the codec named in the
-checkpoint turns the (1, Q, T) codes into audio. Piece i samples with a generator seeded ``seed + i``, so a seed
-fixes the whole utterance. Bad input is a DuetError before any decoding: empty text, an unknown voice, steps < 1,
-speed <= 0, or a text the predictor gives 0 frames.
+1. pads the running requests' texts, prompts and grids to the longest (``duet.luna.model.pad_right``) and runs ONE
+   forward pass of the acoustic model over all of them, with an unconditional (text-dropped) copy of every row for
+   CFG (``LunaModel.logits_fn``: rows [0, B) conditional, [B, 2B) unconditional); the model masks padding and numbers
+   positions per row, so a row's logits do not depend on its neighbours (up to float rounding, see below);
+2. hands each request its own rows of those logits, cut to its own T, and applies ``duet.luna.decode.maskgit_step``
+   with the request's own step index, ``DecodeConfig`` and ``torch.Generator``: the same function, on the same
+   shapes, that ``maskgit_decode`` runs for that request alone, so the random numbers a request draws never depend
+   on the batch;
+3. returns no frames for a request until its last step; then all T frames at once, in codec layout (Q, T), with
+   ``final=True`` unless T was cut at the request's bound.
 
-Voices: without a prompt the model speaks in whichever voice its text condition draws. Cloning (§2.5, infilling):
-``voice_prompt(audio, transcript)`` encodes a reference clip once into a :class:`VoicePrompt`; ``speak(...,
-prompt=vp)`` then decodes every piece as ``[transcript + piece | prompt grid | T masked frames]``, the layout
-training cuts prompts in (``diffusion.split_prompt`` keeps the whole text). The new piece's length follows the
-prompt's pace: T = predicted frames of the piece x ``vp.pace`` / speed, where ``pace`` = the clip's frames / the
-predictor's frames for its transcript, clipped to [0.5, 2] (a divergence of ours: the report does not say how it
-sets T when cloning).
+Length: T = round(sum of the duration predictor's expected token durations / ``speed``)
+(``duet.luna.duration.total_frames``; speed > 1 speaks faster), at most the request's ``max_frames``, the runtime's
+``max_frames`` (30 s) and what the model's positions leave after the text (and a prompt). A grid cut short of its
+prediction ends at its bound ("bound"), any other ends where the model said ("stop", ``duet.finish``). A request
+that sets no ``max_frames`` and whose prediction does not fit is refused (clients split long texts themselves; the
+Speaker splits at sentences and sets its bound). An aligned model lays the text over the grid by the predictor's
+per-token durations scaled to T (``duet.luna.duration.fit_durations``).
 
-Editing (§2.5, infilling): ``edit(audio, transcript, (start, end), new_text=...)`` regenerates a stretch of a
-recording and keeps the rest's codes (``duet.tts.luna_edit``).
+Sampling: ``steps`` (default ``LunaRuntimeConfig.decode.steps``, 32 as in §2.5), ``temperature``, ``top_k`` and
+``cfg_scale`` come from the request's ``SamplingParams``; the selection noise is the runtime's. ``top_p`` < 1 is
+refused (the MaskGIT sampler has no nucleus filter); ``stop_threshold`` does not apply (no stop decision).
 
-Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
+Cloning (§2.5, infilling): a request's :class:`VoicePrompt` (``voice_prompt(audio, transcript)`` encodes a clip
+once) decodes as ``[transcript + text | prompt grid | T masked frames]``, the layout training cuts prompts in; T
+follows the prompt's pace: predicted frames of the text x ``pace`` / speed, ``pace`` = the clip's frames / the
+predictor's frames for its transcript, clipped to ``pace_range`` (a divergence of ours: the report does not say how
+it sets T when cloning). A raw reference clip (the speech API's field) is refused: Luna needs its transcript too.
+
+Memory: Luna holds no KV cache. What a running request costs is its share of one step's batched forward output,
+``rows x T x Q x K`` logits (rows = 2 with CFG) plus the final hidden states, and its grid state; that is what
+``cache_bytes_per_position`` charges per position (text positions are charged at the frame rate, an overestimate).
+
+Batch invariance, named: padding to the longest text and grid changes the shapes of the forward pass, so a row's
+logits can differ from its solo run in the last bits of float32; a sampled token or a confidence ranking can then
+differ where two candidates are that close. Tokens are identical in the tests on CPU; a solo request reproduces
+``maskgit_decode`` of the same seed exactly.
+
+Editing (§2.5): ``duet.tts.luna_edit`` regenerates a stretch of a recording with this runtime's parts.
+
+Shape legend: B running requests, S text ids (with SOT/EOT), P prompt frames, T frames, Q codebooks, K codes per
+codebook.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from duet.errors import DuetError
-from duet.finish import BOUND, STOP
-from duet.luna.decode import DecodeConfig, maskgit_decode, with_overrides
-from duet.luna.duration import fit_durations, total_frames
+from duet.errors import DuetError, InvalidRequest
+from duet.luna.decode import DecodeConfig, cells_to_generate, maskgit_step
+from duet.luna.duration import DurationPredictor, total_frames
 from duet.luna.infill import check_prompt_audio, check_prompt_grid
-from duet.luna.model import LunaInputs
-from duet.luna.shipped import LoadedLuna, load_luna
-from duet.text.prompts import luna_prompt
-from duet.text.sentences import split_sentences
-from duet.tts.speech import Speech
-
-
-def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
-    """The codec ``codec`` names, else the one the checkpoint names, else duet-rvq."""
-    from duet.codecs import load as load_codec
-
-    return load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device)
-
-
-class LunaFamilySpeaker:
-    """What both Luna speakers hold: the acoustic model, duration predictor, tokenizer, codec and speak config.
-
-    ``grid`` is the model's ``LunaConfig`` (Q codebooks x K codes); the codec must have exactly that shape.
-    """
-
-    voices = ("default",)
-
-    def __init__(self, loaded: LoadedLuna, codec, config, grid) -> None:
-        self.model = loaded.bundle.acoustic
-        self.duration = loaded.bundle.duration
-        self.tokenizer = loaded.tokenizer
-        self.codec = codec
-        self.config = config
-        self.name = loaded.path.name
-        self.sample_rate = codec.sample_rate
-        want = (grid.codebook_size,) * grid.num_codebooks
-        if tuple(codec.codebook_sizes) != want:
-            raise DuetError(f"{self.name} needs a codec of {grid.num_codebooks} codebooks x {grid.codebook_size}; "
-                            f"{codec} has {tuple(codec.codebook_sizes)}")
-
-    def token_durations(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Wrapped text ids -> (the duration predictor's expected frames per token (1, S), lengths (1,))."""
-        device = self.duration.head.weight.device
-        text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
-        lengths = torch.tensor([len(ids)], device=device)  # (1,)
-        return self.duration.token_durations(text, lengths), lengths
-
-    def layout(self, ids: list[int], frames: int, prompt_tokens: int = 0, prompt_frames: int = 0,
-               ) -> torch.Tensor | None:
-        """Frames per wrapped token (1, S) for an aligned model (None for others): the predictor's durations,
-        the first ``prompt_tokens`` (SOT and a clone prompt's transcript) scaled to fill the prompt's frames, the
-        rest to fill the ``frames`` to generate."""
-        if not self.model.config.is_aligned:
-            return None
-        d = self.token_durations(ids)[0][0]  # (S,)
-        n = min(prompt_tokens, d.shape[0] - 1)
-        parts = [fit_durations(d[n:], frames)] if n == 0 else [fit_durations(d[:n], prompt_frames),
-                                                                fit_durations(d[n:], frames)]
-        return torch.cat(parts)[None]  # (1, S)
-
-    def predicted_frames(self, ids: list[int]) -> float:
-        """The duration predictor's length for wrapped text ids, in frames (before any speed or rounding)."""
-        return float(self.token_durations(ids)[0].sum())
+from duet.luna.model import LunaInputs, LunaModel, pad_right
+from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
+from duet.tts.request import SynthesisRequest, VoicePrompt
+from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, restoring_generators
+from duet.tts.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
-class LunaSpeakConfig:
-    decode: DecodeConfig = DecodeConfig(steps=32)  # steps, temperature, top-k, CFG scale (duet.luna.decode)
-    speed: float = 1.0  # > 1 speaks faster: T = predicted frames / speed
-    max_chars: int = 200  # longest piece of text per decode
-    max_frames: int = 750  # longest piece of audio (30 s at 25 Hz)
-    gap_seconds: float = 0.15  # silence between pieces
+class LunaRuntimeConfig:
+    decode: DecodeConfig = DecodeConfig(steps=32)  # default steps, CFG scale, selection noise (duet.luna.decode)
+    max_frames: int = 750  # one grid's bound (30 s at 25 Hz)
     language: str = "en"
     max_prompt_seconds: float = 20.0  # longest reference clip for cloning
     pace_range: tuple[float, float] = (0.5, 2.0)  # clip of a prompt's pace (its frames / predicted frames)
 
 
 @dataclass(frozen=True)
-class VoicePrompt:
-    """A reference clip ready for cloning: its codec grid, its transcript and its pace (see the module doc)."""
+class _Plan:
+    ids: list[int]  # wrapped text ids (S,): the prompt's transcript and the text when cloning
+    frames: int  # T predicted for the text and speed (at the prompt's pace), before any bound
+    cap: int  # the most frames the model's positions and max_frames leave
+    transcript: int  # leading ids that belong to the prompt (SOT and its transcript); 0 without one
 
-    grid: torch.Tensor  # (P, Q) clean codes
-    text: str  # what is said in the clip
-    pace: float  # the clip's frames / the duration predictor's frames for ``text``, clipped to ``pace_range``
+
+@dataclass(eq=False)
+class LunaState:
+    request: SynthesisRequest
+    ids: list[int]  # (S,)
+    prompt: torch.Tensor | None  # (P, Q) clean codes before the grid, or None
+    durations: torch.Tensor | None  # (S,) frames per token laid over [prompt | grid] (aligned models), else None
+    tokens: torch.Tensor  # (1, T, Q) the grid being refined; mask id at cells not decided yet
+    still: torch.Tensor  # (1, T, Q) bool: cells still masked
+    num_cells: torch.Tensor  # (1,) N = T Q cells to generate
+    decode: DecodeConfig
+    generator: torch.Generator
+    complete: bool  # T is the whole prediction (not cut at a bound): the last output is final
+    step: int = 0  # refinement steps done
+
+    @property
+    def frames(self) -> int:
+        return self.tokens.shape[1]
 
 
-class LunaSpeaker(LunaFamilySpeaker):
-    """A loaded Luna model (acoustic model + duration predictor) with its codec."""
+class LunaRuntime(LunaParts):
+    """Implements ``duet.tts.runtime.FamilyRuntime`` for a :class:`LunaModel`, its duration predictor and a codec
+    of Q codebooks x K codes."""
 
-    def __init__(self, loaded: LoadedLuna, codec, config: LunaSpeakConfig = LunaSpeakConfig()):
-        super().__init__(loaded, codec, config, loaded.bundle.acoustic.config)
+    def __init__(self, model: LunaModel, duration: DurationPredictor, tokenizer: Any, codec, name: str = "luna",
+                 config: LunaRuntimeConfig = LunaRuntimeConfig()):
+        super().__init__(model, duration, tokenizer, codec, model.config, name, config.language)
+        self.config = config
+        self.traits = FamilyTraits(voice_prompt=True, steps=True, cloning_note=": Luna clones by infilling after "
+                                   "the reference and its transcript, and the request has no transcript field")
+        mcfg = model.config
+        itemsize = model.audio_embed.weight.element_size()
+        rows = 2 if config.decode.cfg_scale != 1.0 else 1  # CFG: a conditional and an unconditional row per request
+        Q, K, D = mcfg.num_codebooks, mcfg.codebook_size, mcfg.backbone.width
+        # Per position: its logits and last hidden state in each row, plus the grid state (int64 code + bool mask).
+        self.cache_bytes_per_position = rows * (Q * K + D) * itemsize + Q * 9
+        self._device = model.device
+        self._empty = torch.zeros((Q, 0), dtype=torch.long)  # (Q, 0): no frame this step
+        self._plans: PerRequest[_Plan] = PerRequest()
 
-    @classmethod
-    def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu") -> "LunaSpeaker":
-        loaded = load_luna(path, device=device)
-        return cls(loaded, codec_of(loaded, codec, device))
+    @property
+    def max_frames(self) -> int:
+        return min(self.config.max_frames, self.grid.backbone.max_positions - 1)
 
-    # ---- checks (eager: before any decoding) ------------------------------------------------------------------
-    def _check(self, text: str, voice: str | None, steps: int | None, speed: float | None, temperature: float | None,
-               top_k: int | None, cfg_scale: float | None) -> tuple[list[str], DecodeConfig, float]:
-        if voice is not None and voice not in self.voices:
-            raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
-        decode = with_overrides(self.config.decode, steps=steps, temperature=temperature, top_k=top_k,
-                                cfg_scale=cfg_scale)
-        speed = self.config.speed if speed is None else speed
-        if not (math.isfinite(speed) and speed > 0):
-            raise DuetError(f"speed must be a positive number (1 = as predicted, 2 = twice as fast), got {speed}")
-        pieces = split_sentences(text, self.config.max_chars)
-        if not pieces:
-            raise DuetError("the text is empty")
-        return pieces, decode, speed
+    @property
+    def default_params(self) -> SamplingParams:
+        return SamplingParams(temperature=self.config.decode.temperature, top_k=self.config.decode.top_k)
 
-    # ---- one piece --------------------------------------------------------------------------------------------
-    def frames_for(self, ids: list[int], speed: float = 1.0, reserved: int = 0) -> tuple[int, str]:
-        """-> (T, "stop" or "bound") for wrapped text ids: the predictor's total / speed, capped (``reserved``:
-        positions a prompt grid takes besides the text)."""
-        durations, lengths = self.token_durations(ids)  # (1, S), (1,)
-        if round(float(durations.sum()) / speed) < 1:
-            raise DuetError(f"the duration predictor gives this text 0 frames at speed {speed:g}; "
-                            "use a lower speed or a longer text")
-        frames = int(total_frames(durations, lengths, speed)[0])
-        limit = min(self.config.max_frames, self.model.config.backbone.max_positions - len(ids) - reserved)
-        if limit < 1:
-            raise DuetError(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences")
-        return (frames, STOP) if frames <= limit else (limit, BOUND)
-
-    def encode_grid(self, audio: np.ndarray, sample_rate: int | None = None) -> torch.Tensor:
-        """A checked clip (S,) float32 (resampled from ``sample_rate`` if given) -> its codes as a grid (T, Q) on the
-        model's device."""
-        with torch.no_grad():
-            codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, T)
-        return codes.transpose(0, 1).to(self.model.device)
-
-    def decode_grid(self, grid: torch.Tensor) -> np.ndarray:
-        """A grid (T, Q) of codes -> its audio (T x samples per frame,) float32 at the codec's rate."""
-        with torch.no_grad():
-            audio = self.codec.decode(grid.transpose(0, 1)[None]).audio[0]  # codes (1, Q, T) -> samples
-        return audio.float().cpu().numpy()
+    # --- cloning -----------------------------------------------------------------------------------------------------
 
     def voice_prompt(self, audio: np.ndarray | torch.Tensor, text: str, sample_rate: int | None = None) -> VoicePrompt:
         """A reference clip (S,) mono float (resampled from ``sample_rate`` if given) and its transcript -> a prompt.
@@ -191,82 +148,140 @@ class LunaSpeaker(LunaFamilySpeaker):
             raise DuetError(f"the reference clip is {seconds:.1f} s long; at most {self.config.max_prompt_seconds:g} s")
         grid = self.encode_grid(audio, sample_rate)  # (P, Q)
         check_prompt_grid(grid, self.model)
-        ids = luna_prompt(text, self.tokenizer, language=self.config.language)
-        predicted, _ = self.frames_for(ids)
+        ids = self.text_ids(text)
+        durations, lengths = self.token_durations(ids)
+        predicted = int(total_frames(durations, lengths, 1.0)[0])
         low, high = self.config.pace_range
-        return VoicePrompt(grid=grid, text=text.strip(), pace=min(high, max(low, grid.shape[0] / predicted)))
+        return VoicePrompt(grid=grid, text=text.strip(), pace=min(high, max(low, grid.shape[0] / max(predicted, 1))))
 
-    def _piece(self, piece: str, decode: DecodeConfig, speed: float, generator: torch.Generator | None,
-               prompt: VoicePrompt | None = None) -> tuple[np.ndarray, str]:
-        ids = luna_prompt(piece, self.tokenizer, language=self.config.language)
-        cfg, device = self.model.config, self.model.device
-        if prompt is None:
-            frames, ended = self.frames_for(ids, speed)
-            grids = dict(prompt=None, prompt_lengths=None, durations=self.layout(ids, frames))
-        else:  # [transcript + piece | prompt | T]: the piece's length at the prompt's pace
-            P = prompt.grid.shape[0]
-            frames, ended = self.frames_for(ids, speed / prompt.pace, reserved=P)
-            # SOT and the transcript's tokens (counted alone) span the prompt; the piece's tokens the new frames
-            transcript = len(luna_prompt(prompt.text, self.tokenizer, language=self.config.language)) - 1
-            ids = luna_prompt(f"{prompt.text} {piece}", self.tokenizer, language=self.config.language)
-            grids = dict(prompt=prompt.grid[None], prompt_lengths=torch.tensor([P], device=device),
-                         durations=self.layout(ids, frames, transcript, P))
-        empty = torch.full((1, frames, cfg.num_codebooks), cfg.mask_id, dtype=torch.long, device=device)  # (1, T, Q)
-        text = torch.tensor([ids], device=device)  # (1, S)
-        inputs = LunaInputs(text, torch.tensor([len(ids)], device=device), empty, torch.tensor([frames], device=device),
-                            **grids)
-        grid = maskgit_decode(self.model.logits_fn(inputs), empty, cfg.mask_id, decode, generator=generator).tokens
-        return self.decode_grid(grid[0]), ended
+    # --- admission-time questions (any thread) ----------------------------------------------------------------------
 
-    def _generate(self, pieces: list[str], decode: DecodeConfig, speed: float, seed: int | None,
-                  prompt: VoicePrompt | None) -> Iterator[tuple[np.ndarray, str]]:
-        for i, piece in enumerate(pieces):
-            generator = None if seed is None else torch.Generator().manual_seed(seed + i)
-            yield self._piece(piece, decode, speed, generator, prompt)
+    def check(self, request: SynthesisRequest) -> None:
+        request_decode_config(self.config.decode, request)
+        plan = self._plan(request)
+        if request.params.max_frames is None and plan.frames > plan.cap:
+            raise InvalidRequest(
+                f"this text needs {plan.frames} frames, more than the {plan.cap} one request can hold "
+                f"({plan.cap / self.codec.frame_rate:.0f} s); split it into shorter requests",
+                param="input", code="context_length_exceeded")
+        frames = self._frames(request, plan)
+        limit = self.grid.backbone.max_positions
+        used = len(plan.ids) + self._prompt_frames(request) + frames
+        if used > limit:
+            raise InvalidRequest(f"text + frames = {used} positions exceeds the model's {limit}; split the text into "
+                                 "shorter requests", param="input", code="context_length_exceeded")
 
-    # ---- the speaker surface ----------------------------------------------------------------------------------
-    def stream(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-               speed: float | None = None, temperature: float | None = None, top_k: int | None = None,
-               cfg_scale: float | None = None, prompt: VoicePrompt | None = None,
-               ended: list[str] | None = None) -> Iterator[np.ndarray]:
-        """Audio chunks (float32 (s,)): each piece's audio once decoded, with the gaps between pieces as chunks.
-        ``ended`` (if given) collects how each piece ended. Input is checked here, not at the first chunk."""
-        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k, cfg_scale)
-        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+    def frame_bound(self, request: SynthesisRequest) -> int:
+        plan = self._plan(request)
+        return min(plan.frames, plan.cap)
 
-        def chunks() -> Iterator[np.ndarray]:
-            for i, (audio, how) in enumerate(self._generate(pieces, decode, speed, seed, prompt)):
-                if ended is not None:
-                    ended.append(how)
-                if i:
-                    yield gap
-                yield audio
+    def prompt_positions(self, request: SynthesisRequest) -> int:
+        return len(self._plan(request).ids) + self._prompt_frames(request)
 
-        return chunks()
+    def _prompt_frames(self, request: SynthesisRequest) -> int:
+        return 0 if request.prompt is None else request.prompt.grid.shape[0]
 
-    def speak(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-              speed: float | None = None, temperature: float | None = None, top_k: int | None = None,
-              cfg_scale: float | None = None, prompt: VoicePrompt | None = None) -> Speech:
-        """The whole utterance: every piece decoded, joined with ``gap_seconds`` of silence; ``prompt`` clones
-        the voice of a :meth:`voice_prompt`."""
-        pieces, decode, speed = self._check(text, voice, steps, speed, temperature, top_k, cfg_scale)
-        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
-        audio: list[np.ndarray] = []
-        ended: list[str] = []
-        for i, (piece_audio, how) in enumerate(self._generate(pieces, decode, speed, seed, prompt)):
-            if i:
-                audio.append(gap)
-            audio.append(piece_audio)
-            ended.append(how)
-        return Speech(np.concatenate(audio).astype(np.float32), self.sample_rate, tuple(pieces), tuple(ended))
+    def _frames(self, request: SynthesisRequest, plan: _Plan) -> int:
+        """T of the grid actually decoded: the prediction, cut to the request's ``max_frames`` (else the cap)."""
+        bound = request.params.max_frames
+        return min(plan.frames, plan.cap if bound is None else bound)
 
-    def edit(self, audio: np.ndarray | torch.Tensor, text: str, span_seconds: tuple[float, float], *,
-             new_text: str | None = None, sample_rate: int | None = None, seed: int | None = None,
-             steps: int | None = None, temperature: float | None = None, top_k: int | None = None,
-             cfg_scale: float | None = None):
-        """Speech editing: regenerate ``span_seconds`` of a recording whose transcript is ``text``, under
-        ``new_text`` (the whole new transcript) or the same text -> ``duet.tts.luna_edit.EditedSpeech``."""
-        from duet.tts.luna_edit import edit_speech
+    def _plan(self, request: SynthesisRequest) -> _Plan:
+        """Text ids, predicted T and the cap, computed once per request text."""
+        return self._plans.get(request, self._predict)
 
-        return edit_speech(self, audio, text, span_seconds, new_text=new_text, sample_rate=sample_rate, seed=seed,
-                           steps=steps, temperature=temperature, top_k=top_k, cfg_scale=cfg_scale)
+    def _predict(self, request: SynthesisRequest) -> _Plan:
+        ids, limit = self.request_ids(request), self.grid.backbone.max_positions
+        prompt = request.prompt
+        speed = request.speed / (prompt.pace if prompt is not None else 1.0)
+        durations, lengths = self.token_durations(ids)  # (1, S), (1,)
+        if round(float(durations.sum()) / speed) < 1:
+            raise InvalidRequest(f"the duration predictor gives this text 0 frames at speed {request.speed:g}; use "
+                                 "a lower speed or a longer text", param="input")
+        frames = int(total_frames(durations, lengths, speed)[0])
+        transcript, reserved = 0, 0
+        if prompt is not None:  # [transcript + text | prompt | T]: SOT and the transcript's tokens span the prompt
+            transcript = len(self.text_ids(prompt.text)) - 1
+            ids = self.text_ids(f"{prompt.text} {request.text}")
+            reserved = prompt.grid.shape[0]
+        cap = min(self.config.max_frames, limit - len(ids) - reserved)
+        if cap < 1:
+            raise InvalidRequest(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences",
+                                 param="input", code="context_length_exceeded")
+        return _Plan(ids, frames, cap, transcript)
+
+    # --- the decode thread ------------------------------------------------------------------------------------------
+
+    def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[LunaState]:
+        Q, mask_id = self.grid.num_codebooks, self.grid.mask_id
+        states = []
+        for request, seed in zip(requests, seeds):
+            plan = self._plan(request)
+            frames = self._frames(request, plan)
+            tokens = torch.full((1, frames, Q), mask_id, dtype=torch.long, device=self._device)  # (1, T, Q)
+            still = cells_to_generate(tokens, mask_id)  # (1, T, Q), all True
+            generator = torch.Generator(device=self._device).manual_seed(seed)
+            prompt = None if request.prompt is None else request.prompt.grid.to(self._device)  # (P, Q)
+            layout = self.layout(plan.ids, frames, plan.transcript, 0 if prompt is None else prompt.shape[0])
+            states.append(LunaState(request, plan.ids, prompt, None if layout is None else layout[0], tokens, still,
+                                    still.flatten(1).sum(dim=1), request_decode_config(self.config.decode, request),
+                                    generator, complete=frames == plan.frames))
+        return states
+
+    @torch.no_grad()
+    def step(self, states: Sequence[LunaState]) -> list[StepOutput]:
+        B = len(states)
+        with restoring_generators([s.generator for s in states]):  # all or nothing (duet.tts.runtime)
+            logits = self._forward(states)  # (B', T_max, Q, K), B' = B or 2B
+            updates = []
+            for b, s in enumerate(states):
+                # This request's rows as maskgit_decode would see them alone: conditional, then unconditional
+                # if it guides.
+                rows = 1 if s.decode.cfg_scale == 1.0 else 2
+                mine = logits[b::B][:rows, : s.frames].contiguous()  # (rows, T, Q, K)
+                updates.append(maskgit_step(mine, s.tokens, s.still, s.num_cells, s.step + 1, s.decode,
+                                            s.generator))
+        outs = []
+        for s, (tokens, commit) in zip(states, updates):  # every step succeeded: now the states change
+            s.tokens, s.still = tokens, s.still & ~commit
+            s.step += 1
+            if s.step == s.decode.steps:  # (T, Q) -> codec layout (Q, T)
+                outs.append(StepOutput(codes=s.tokens[0].T.cpu(), final=s.complete))
+            else:
+                outs.append(StepOutput(codes=self._empty))
+        return outs
+
+    def release(self, state: LunaState) -> None:
+        pass  # nothing pooled: the state's tensors go with it
+
+    def _forward(self, states: Sequence[LunaState]) -> torch.Tensor:
+        """One forward pass over every request's current grid -> logits (B', T_max, Q, K)."""
+        B, mask_id = len(states), self.grid.mask_id
+        text, text_lengths = pad_right([torch.tensor(s.ids, dtype=torch.long) for s in states], 0)  # (B, S)
+        grids, frame_lengths = pad_right([s.tokens[0] for s in states], mask_id)  # (B, T_max, Q)
+        prompt = prompt_lengths = durations = None
+        if any(s.prompt is not None for s in states):
+            empty = grids.new_zeros((0, grids.shape[2]))  # (0, Q)
+            prompt, prompt_lengths = pad_right([empty if s.prompt is None else s.prompt for s in states], 0)
+            prompt_lengths = prompt_lengths.to(self._device)  # prompt (B, P_max, Q)
+        if self.grid.is_aligned:
+            durations = pad_right([s.durations for s in states], 0)[0].to(self._device)  # (B, S)
+        inputs = LunaInputs(text.to(self._device), text_lengths.to(self._device), grids,
+                            frame_lengths.to(self._device), prompt, prompt_lengths, durations)
+        conditional = torch.ones(B, dtype=torch.bool, device=self._device)  # (B,)
+        if any(s.decode.cfg_scale != 1.0 for s in states):  # unconditional rows for all; unguided rows ignore theirs
+            conditional = torch.cat([conditional, torch.zeros_like(conditional)])  # (2B,)
+        tokens = grids.repeat(conditional.shape[0] // B, 1, 1)  # (B', T_max, Q)
+        return self.model.logits_fn(inputs)(tokens, conditional)
+
+
+def load_luna_runtime(path: str | Path, codec: str | None = None, device: str = "cpu",
+                      name: str | None = None) -> LunaRuntime:
+    """The runtime of a shipped Luna directory (``duet.luna.shipped.save_luna``); ``codec`` defaults to the codec
+    the checkpoint was trained on."""
+    from duet.luna.shipped import load_luna
+
+    loaded = load_luna(path, device=device)
+    bundle = loaded.bundle
+    return LunaRuntime(bundle.acoustic, bundle.duration, loaded.tokenizer, codec_of(loaded, codec, device),
+                       name or loaded.path.name)

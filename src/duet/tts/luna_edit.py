@@ -1,7 +1,7 @@
-"""Speech editing with a Luna speaker (Luna-TTS report §2.5): regenerate a stretch of a recording, under its own
+"""Speech editing with a Luna runtime (Luna-TTS report §2.5): regenerate a stretch of a recording, under its own
 transcript or a new one, and leave the rest of it as it was.
 
-The recording is encoded by the speaker's codec into a grid (T, Q). The seconds [start, end) become the frames
+The recording is encoded by the runtime's codec into a grid (T, Q). The seconds [start, end) become the frames
 [a, b) = [floor(start x fps), ceil(end x fps)) (b at most T). ``duet.luna.infill.edit`` then masks them and denoises
 the hole with the whole transcript as the text condition. With the same transcript the hole keeps b - a frames; with
 a new transcript it gets ``edit_span_frames`` frames: the old span plus the difference between the duration
@@ -12,7 +12,7 @@ utterance's text and finds where in it the hole lies.
 The codes outside the span are the recording's own, bit for bit (``EditedSpeech.grid``); the audio is the codec's
 decode of the edited grid, so outside the span it is the codec's reconstruction of the recording, not the input
 samples. Bad input is a DuetError before any decoding: an empty transcript, a silent, empty or non-finite
-recording, one longer than the speaker's ``max_frames``, a span that is empty or outside the recording, or a text
+recording, one longer than the runtime's ``max_frames``, a span that is empty or outside the recording, or a text
 that leaves no room for the grid in the model's positions.
 
 Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
@@ -35,12 +35,12 @@ from duet.text.prompts import luna_prompt
 from duet.tts.speech import Speech
 
 
-class EditingSpeaker(Protocol):
-    """What editing needs of a Luna speaker (``duet.tts.luna.LunaSpeaker`` is one)."""
+class EditableLuna(Protocol):
+    """What editing needs of a Luna model (``duet.tts.luna.LunaRuntime`` is one; ``Speaker.edit`` passes it)."""
 
     name: str
     sample_rate: int
-    config: Any  # LunaSpeakConfig: decode, max_frames, language
+    config: Any  # LunaRuntimeConfig: decode, max_frames, language
     codec: Any
     tokenizer: Any
     model: Any  # LunaModel
@@ -83,7 +83,7 @@ def span_frames_of(span_seconds: tuple[float, float], seconds: float, frame_rate
     return a, b
 
 
-def edit_speech(speaker: EditingSpeaker, audio: np.ndarray | torch.Tensor, text: str,
+def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
                 span_seconds: tuple[float, float], *, new_text: str | None = None, sample_rate: int | None = None,
                 seed: int | None = None, steps: int | None = None, temperature: float | None = None,
                 top_k: int | None = None, cfg_scale: float | None = None) -> EditedSpeech:
@@ -93,31 +93,31 @@ def edit_speech(speaker: EditingSpeaker, audio: np.ndarray | torch.Tensor, text:
         raise DuetError("editing needs the recording's transcript (text); it is empty")
     if new_text is not None and not new_text.strip():
         raise DuetError("the new transcript is empty (leave it out to regenerate the span with the same words)")
-    decode = with_overrides(speaker.config.decode, steps=steps, temperature=temperature, top_k=top_k,
+    decode = with_overrides(luna.config.decode, steps=steps, temperature=temperature, top_k=top_k,
                             cfg_scale=cfg_scale)
     audio = check_prompt_audio(audio, what="the recording to edit")
-    seconds = len(audio) / (sample_rate or speaker.sample_rate)
-    frame_rate = speaker.codec.frame_rate
-    if seconds * frame_rate > speaker.config.max_frames:
-        raise DuetError(f"the recording is {seconds:.1f} s long; {speaker.name} edits at most "
-                        f"{speaker.config.max_frames / frame_rate:g} s")
-    grid = speaker.encode_grid(audio, sample_rate)  # (T, Q)
+    seconds = len(audio) / (sample_rate or luna.sample_rate)
+    frame_rate = luna.codec.frame_rate
+    if seconds * frame_rate > luna.config.max_frames:
+        raise DuetError(f"the recording is {seconds:.1f} s long; {luna.name} edits at most "
+                        f"{luna.config.max_frames / frame_rate:g} s")
+    grid = luna.encode_grid(audio, sample_rate)  # (T, Q)
     a, b = span_frames_of(span_seconds, seconds, frame_rate, grid.shape[0])
 
-    old_ids = luna_prompt(text, speaker.tokenizer, language=speaker.config.language)
-    ids = old_ids if new_text is None else luna_prompt(new_text, speaker.tokenizer, language=speaker.config.language)
-    n = b - a if new_text is None else edit_span_frames((a, b), speaker.predicted_frames(old_ids),
-                                                        speaker.predicted_frames(ids))
+    old_ids = luna_prompt(text, luna.tokenizer, language=luna.config.language)
+    ids = old_ids if new_text is None else luna_prompt(new_text, luna.tokenizer, language=luna.config.language)
+    n = b - a if new_text is None else edit_span_frames((a, b), luna.predicted_frames(old_ids),
+                                                        luna.predicted_frames(ids))
     positions = len(ids) + grid.shape[0] - (b - a) + n
-    if positions > speaker.model.config.backbone.max_positions:
-        raise DuetError(f"the transcript and the recording are too long for {speaker.name} ({positions} positions, "
-                        f"at most {speaker.model.config.backbone.max_positions}): edit a shorter recording")
+    if positions > luna.model.config.backbone.max_positions:
+        raise DuetError(f"the transcript and the recording are too long for {luna.name} ({positions} positions, "
+                        f"at most {luna.model.config.backbone.max_positions}): edit a shorter recording")
 
     generator = None if seed is None else torch.Generator().manual_seed(seed)
-    text_ids = torch.tensor(ids, device=speaker.model.device)  # (S,)
+    text_ids = torch.tensor(ids, device=luna.model.device)  # (S,)
     # an aligned model lays the transcript over the edited grid by its predicted durations, stretched to fit
-    layout = speaker.layout(ids, grid.shape[0] - (b - a) + n)
-    result = edit(speaker.model, text_ids, grid, (a, b), n, decode, generator=generator,
+    layout = luna.layout(ids, grid.shape[0] - (b - a) + n)
+    result = edit(luna.model, text_ids, grid, (a, b), n, decode, generator=generator,
                   durations=None if layout is None else layout[0])
-    speech = Speech(speaker.decode_grid(result.grid), speaker.sample_rate, ((new_text or text).strip(),), (STOP,))
+    speech = Speech(luna.decode_grid(result.grid), luna.sample_rate, ((new_text or text).strip(),), (STOP,))
     return EditedSpeech(speech, result.grid, result.span, frame_rate)

@@ -1,62 +1,79 @@
-"""Luna-TTS Realtime as a speaker: audio block by block, each block handed out the moment it is committed.
+"""Luna-TTS Realtime's runtime: one step = one refinement step of a request's active block; each block's frames go
+out the moment it is committed, for ``duet speak --stream`` and ``duet serve`` alike (``duet.tts.runtime``).
 
-Per piece of text (a sentence, ``duet.text.sentences``)::
+Luna Realtime (DESIGN §B, ``duet.luna.stream``) is autoregressive across blocks of B_k frames and denoises one block
+at a time with S MaskGIT steps against a KV cache of the conditions and the committed blocks. Per request the runtime
+holds a ``KVBlockSession`` (its KV cache), a ``DecodeConfig`` and a ``torch.Generator``. A step, for each request:
 
-    text ids --KVBlockSession--> conditions in the KV cache, once                  (duet.luna.stream)
-    per block of B_k frames: S MaskGIT steps over the active block only, the end head read at the first step,
-        commit (immutable from then on) --codec.stream_decoder().push--> that block's audio, yielded at once
-    stop on the learned end of speech ("stop"), or at the piece's bound ("bound")
+1. runs ``session.step`` on its active block (all masked at the block's first step);
+2. at the block's first step reads the end head (``stream.end_frame``, conditional row): the first frame past the end
+   of speech, cut to the frames the request's bound leaves; frames from there on stay masked and get no code;
+3. applies ``decode.unmask_step`` to the guided logits with the request's step index, config and generator;
+4. after the block's S-th step (or at once when the end falls on the block's first frame) returns the block's
+   frames before the end, in codec layout (Q, n), and commits the block to the session's KV cache.
 
-``chunks`` yields the ``duet.luna.stream.StreamChunk``s (codes and audio) of every piece; ``stream`` yields their
-audio as float32 arrays, with ``gap_seconds`` of silence between pieces as chunks of their own; ``speak`` joins the
-same chunks, so for one seed ``speak(text).audio`` equals the concatenation of ``stream(text)`` exactly. The causal
-RVQ codec decodes frame-synchronously, so the chunks also equal one ``codec.decode`` of the utterance's codes up to
-float rounding. Piece i samples with a generator seeded ``seed + i``.
+This is ``stream.stream_blocks`` unrolled into a state machine, one refinement step per call, drawing the same random
+numbers in the same order, so a request reproduces ``stream_speech`` at the same seed exactly.
 
-Bound (duet's choice; the report names only "a maximum length as a serving bound"): the piece's frames are capped at
-``max_frames``, at what the model's positions leave after the text, and, with ``bound_factor`` set, at
+How a request ends (``duet.tts.runtime.settle``): the end head places the end inside the active block: its frames
+before the end go out with ``final=True`` ("stop"; with the end at the block's first frame that last output has no
+frames); or the request reaches its length bound first: the last block (cut to the bound) goes out with
+``final=False`` and its frames reach the bound ("bound").
+
+Bound (duet's choice; the report names only "a maximum length as a serving bound"): ``bound_for``: at most
+``StreamConfig.max_frames``, what the model's positions leave after the text, and, with ``bound_factor`` set,
 ``bound_factor`` x the frozen duration predictor's length + one block, so an end head that never fires cannot run a
-short sentence on to 30 s. ``bound_factor=None`` leaves ``max_frames`` alone (the benchmark's fixed-length runs).
+short sentence on to 30 s. A request's ``max_frames`` replaces it (at most the positions left).
 
 Floor (duet's choice too): with ``floor_factor`` set, the end head is not read before ``floor_factor`` x the duration
-predictor's length (``StreamConfig.min_frames``), so an end head that fires early cannot cut a sentence short. A small
-model needs it: luna-realtime-tiny's end head learned the corpus's typical length more than the text's (on 40
-held-out sentences it stopped at 0.55x the recordings' length on average), while the duration predictor, which reads
-the text token by token, is off by about 10%. ``floor_factor=None`` lets the end head decide from the first frame.
+predictor's length (``floor_for``), so an end head that fires early cannot cut a sentence short. A small model needs
+it: luna-realtime-tiny's end head learned the corpus's typical length more than the text's (on 40 held-out sentences
+it stopped at 0.55x the recordings' length on average), while the duration predictor, which reads the text token by
+token, is off by about 10%.
 
-``steps`` are refinement steps per block (8 by default, the report's deployed setting §5.2); there is no ``speed``:
-the model decides where speech ends. One voice (no prompt). Bad input is a DuetError before any decoding.
+Batching, named: requests run one after another inside a step, not in one batched forward pass. Each
+``KVBlockSession`` holds its own transformers cache whose length (conditions + committed blocks) differs per request,
+and every step crops the active block off again; one padded forward would need a per-row-length cache with a per-row
+crop, which the stock cache does not offer. Each request's result is its solo result by construction.
 
-Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks, B_k frames per block.
+Per request: ``steps`` per block (default ``StreamConfig.decode.steps``, 8 as deployed in §5.2), ``temperature``,
+``top_k``, ``cfg_scale``, ``max_frames``, ``seed``. Refused: ``top_p`` < 1 (no nucleus filter), ``speed`` != 1 (the
+model decides where speech ends), cloning, a text whose predicted length exceeds ``max_frames`` (30 s) while the
+request sets no bound, or that leaves the model no positions. ``stop_threshold`` does not apply: the end threshold
+is ``StreamConfig.end_threshold``.
+
+Memory: ``cache_bytes_per_position`` is the KV cache's real cost (``runtime.kv_cache_bytes``), rows = 2 with CFG
+(each session caches a conditional and an unconditional row). A caller reserves text + bound positions; during a
+step the active block's B_k positions sit in the cache on top, for that step only.
+
+Shape legend: R session rows (1, or 2 with CFG), B_k frames per block, Q codebooks, K codes per codebook, S text ids.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Sequence
 
-import numpy as np
 import torch
 
-from duet.errors import DuetError
-from duet.luna.decode import with_overrides
-from duet.luna.shipped import LoadedLuna, load_luna_realtime
-from duet.luna.stream import StreamChunk, StreamConfig, stream_speech
-from duet.text.prompts import luna_prompt
-from duet.text.sentences import split_sentences
-from duet.tts.luna import LunaFamilySpeaker, codec_of
-from duet.tts.speech import Speech
+from duet.errors import DuetError, InvalidRequest
+from duet.luna.decode import DecodeConfig, guide, unmask_step
+from duet.luna.duration import DurationPredictor
+from duet.luna.realtime import LunaRealtime
+from duet.luna.stream import KVBlockSession, StreamConfig, end_frame
+from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, kv_cache_bytes
+from duet.tts.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
-class RealtimeSpeakConfig:
+class RealtimeRuntimeConfig:
     stream: StreamConfig = StreamConfig()  # steps per block (8), sampling, CFG, end threshold, max_frames (750)
     bound_factor: float | None = 2.0  # cap at bound_factor x predicted frames + one block; None: max_frames only
     floor_factor: float | None = 0.8  # no end before floor_factor x predicted frames; None: the end head alone
-    max_chars: int = 200  # longest piece of text per stream
-    gap_seconds: float = 0.15  # silence between pieces
     language: str = "en"
 
     def __post_init__(self) -> None:
@@ -66,44 +83,67 @@ class RealtimeSpeakConfig:
             raise DuetError(f"floor_factor must be >= 0 or None, got {self.floor_factor}")
 
 
-class RealtimeSpeaker(LunaFamilySpeaker):
-    """A loaded Luna Realtime model (``LunaRealtime`` + frozen duration predictor) with its causal codec."""
+@dataclass(frozen=True)
+class _Plan:
+    ids: list[int]  # wrapped text ids (S,)
+    predicted: int  # frames the duration predictor expects for the text (rounded)
+    bound: int  # bound_for(ids)
+    floor: int  # floor_for(ids): no end of speech before this frame
 
-    def __init__(self, loaded: LoadedLuna, codec, config: RealtimeSpeakConfig = RealtimeSpeakConfig()):
-        super().__init__(loaded, codec, config, loaded.bundle.acoustic.config.luna)
 
-    @classmethod
-    def from_pretrained(cls, path: str | Path, codec: str | None = None, device: str = "cpu",
-                        config: RealtimeSpeakConfig = RealtimeSpeakConfig()) -> "RealtimeSpeaker":
-        loaded = load_luna_realtime(path, device=device)
-        return cls(loaded, codec_of(loaded, codec, device), config)
+@dataclass(eq=False)
+class RealtimeState:
+    request: SynthesisRequest
+    session: KVBlockSession | None  # None once released
+    decode: DecodeConfig
+    generator: torch.Generator
+    max_frames: int  # the request's bound
+    min_frames: int = 0  # the request's floor (the end head is not read before it)
+    produced: int = 0  # frames handed out
+    blocks: int = 0  # blocks handed out
+    # the active block
+    step: int = 0  # refinement steps done on it (0: not started)
+    tokens: torch.Tensor | None = field(default=None, repr=False)  # (1, B_k, Q); mask id where undecided
+    still: torch.Tensor | None = field(default=None, repr=False)  # (1, B_k, Q) bool: cells still to generate
+    num_cells: torch.Tensor | None = field(default=None, repr=False)  # (1,) cells to generate in the block
+    end_model: int = 0  # the end head's first past-the-end frame in the block (B_k: none)
+    frames: int = 0  # frames the block generates: end_model cut to the frames the bound leaves
+    done: bool = False
+
+
+class RealtimeRuntime(LunaParts):
+    """Implements ``duet.tts.runtime.FamilyRuntime`` for a :class:`LunaRealtime` model, its frozen duration
+    predictor and a causal codec."""
+
+    def __init__(self, model: LunaRealtime, duration: DurationPredictor, tokenizer: Any, codec,
+                 name: str = "luna-realtime", config: RealtimeRuntimeConfig = RealtimeRuntimeConfig()):
+        super().__init__(model, duration, tokenizer, codec, model.config.luna, name, config.language)
+        self.config = config
+        self.traits = FamilyTraits(speed="the model decides where speech ends", steps=True)
+        self.block_size = model.block_size
+        weight = model.luna.audio_embed.weight
+        self._device = weight.device
+        bb = self.grid.backbone
+        rows = 2 if config.stream.decode.cfg_scale != 1.0 else 1  # KVBlockSession(guidance=...) rows
+        self.cache_bytes_per_position = kv_cache_bytes(bb.num_layers, bb.num_kv_heads, bb.head_dim, weight.dtype, rows)
+        self._empty = torch.zeros((self.grid.num_codebooks, 0), dtype=torch.long)  # (Q, 0)
+        self._plans: PerRequest[_Plan] = PerRequest()
 
     @property
-    def block_size(self) -> int:
-        return self.model.block_size
+    def max_frames(self) -> int:
+        return min(self.config.stream.max_frames, self.grid.backbone.max_positions - 1)
 
-    def aligned_durations(self, ids: list[int]) -> torch.Tensor | None:
-        """An aligned model's layout (S,): the predictor's durations as they are (the end head, not a set length,
-        ends the speech); None for other models."""
-        return self.token_durations(ids)[0][0] if self.model.config.luna.is_aligned else None
+    @property
+    def default_params(self) -> SamplingParams:
+        decode = self.config.stream.decode
+        return SamplingParams(temperature=decode.temperature, top_k=decode.top_k)
 
-    # ---- checks (eager: before any decoding) ------------------------------------------------------------------
-    def _check(self, text: str, voice: str | None, steps: int | None, temperature: float | None,
-               top_k: int | None, cfg_scale: float | None) -> tuple[list[str], StreamConfig]:
-        if voice is not None and voice not in self.voices:
-            raise DuetError(f"unknown voice {voice!r} for {self.name}: {', '.join(self.voices)}")
-        stream = self.config.stream
-        stream = replace(stream, decode=with_overrides(stream.decode, steps=steps, temperature=temperature,
-                                                       top_k=top_k, cfg_scale=cfg_scale))
-        pieces = split_sentences(text, self.config.max_chars)
-        if not pieces:
-            raise DuetError("the text is empty")
-        return pieces, stream
+    # --- bound and floor ---------------------------------------------------------------------------------------------
 
     def bound_for(self, ids: list[int], predicted: float | None = None) -> int:
         """The most frames a piece with wrapped text ids may run to (module docstring); ``predicted`` is
         ``predicted_frames(ids)`` when the caller has it already."""
-        limit = min(self.config.stream.max_frames, self.model.config.luna.backbone.max_positions - len(ids))
+        limit = min(self.config.stream.max_frames, self.grid.backbone.max_positions - len(ids))
         if limit < 1:
             raise DuetError(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences")
         if self.config.bound_factor is None:
@@ -118,55 +158,117 @@ class RealtimeSpeaker(LunaFamilySpeaker):
         predicted = self.predicted_frames(ids) if predicted is None else predicted
         return math.floor(self.config.floor_factor * predicted)
 
+    def aligned_durations(self, ids: list[int]) -> torch.Tensor | None:
+        """An aligned model's layout (S,): the predictor's durations as they are (the end head, not a set length,
+        ends the speech); None for other models."""
+        return self.token_durations(ids)[0][0] if self.grid.is_aligned else None
 
-    # ---- the stream ---------------------------------------------------------------------------------------------
-    def chunks(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-               temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
-               ended: list[str] | None = None) -> Iterator[StreamChunk]:
-        """Every piece's ``StreamChunk``s in order (codes (Q, n) and audio (n x samples per frame,), one per block;
-        ``index`` restarts at each piece). ``ended`` collects "stop" or "bound" per piece. Checks input eagerly."""
-        pieces, stream = self._check(text, voice, steps, temperature, top_k, cfg_scale)
-        device = self.duration.head.weight.device
+    # --- admission-time questions (any thread) ----------------------------------------------------------------------
 
-        def run() -> Iterator[StreamChunk]:
-            for i, piece in enumerate(pieces):
-                ids = luna_prompt(piece, self.tokenizer, language=self.config.language)
-                predicted = self.predicted_frames(ids)  # one duration-predictor pass for bound and floor
-                cfg = replace(stream, max_frames=self.bound_for(ids, predicted),
-                              min_frames=self.floor_for(ids, predicted))
-                generator = None if seed is None else torch.Generator().manual_seed(seed + i)
-                text_ids = torch.tensor(ids, dtype=torch.long, device=device)  # (S,)
-                layout = self.aligned_durations(ids)
-                for chunk in stream_speech(self.model, text_ids, None, cfg, self.codec, generator, layout):
-                    if chunk.end is not None and ended is not None:
-                        ended.append(chunk.end)
-                    yield chunk
+    def check(self, request: SynthesisRequest) -> None:
+        request_decode_config(self.config.stream.decode, request)
+        plan = self._plan(request)
+        bound = request.params.max_frames
+        if bound is None and plan.predicted > self.max_frames:
+            raise InvalidRequest(
+                f"this text needs about {plan.predicted} frames, more than the {self.max_frames} one request can "
+                f"hold ({self.max_frames / self.codec.frame_rate:.0f} s); split it into shorter requests",
+                param="input", code="context_length_exceeded")
+        limit = self.grid.backbone.max_positions
+        if bound is not None and len(plan.ids) + bound > limit:
+            raise InvalidRequest(f"text + max_frames = {len(plan.ids)} + {bound} positions exceeds the model's "
+                                 f"{limit}", param="max_frames", code="context_length_exceeded")
 
-        return run()
+    def frame_bound(self, request: SynthesisRequest) -> int:
+        return min(self._plan(request).bound, self.max_frames)
 
-    def stream(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-               temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
-               ended: list[str] | None = None) -> Iterator[np.ndarray]:
-        """Audio chunks (float32 (s,)): each block's audio as soon as it is committed, the gaps between pieces as
-        chunks of their own. Input is checked here, not at the first chunk."""
-        chunks = self.chunks(text, voice=voice, seed=seed, steps=steps, temperature=temperature, top_k=top_k,
-                             cfg_scale=cfg_scale, ended=ended)
-        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+    def prompt_positions(self, request: SynthesisRequest) -> int:
+        return len(self._plan(request).ids)
 
-        def audio() -> Iterator[np.ndarray]:
-            for i, chunk in enumerate(chunks):
-                if chunk.index == 0 and i:
-                    yield gap
-                yield chunk.audio.cpu().numpy().astype(np.float32)
+    def _plan(self, request: SynthesisRequest) -> _Plan:
+        return self._plans.get(request, self._predict)
 
-        return audio()
+    def _predict(self, request: SynthesisRequest) -> _Plan:
+        ids = self.request_ids(request)
+        predicted = self.predicted_frames(ids)  # one duration-predictor pass for the whole plan
+        return _Plan(ids, round(predicted), self.bound_for(ids, predicted), self.floor_for(ids, predicted))
 
-    def speak(self, text: str, *, voice: str | None = None, seed: int | None = None, steps: int | None = None,
-              temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None) -> Speech:
-        """The whole utterance: the same chunks as ``stream``, joined."""
-        pieces, _ = self._check(text, voice, steps, temperature, top_k, cfg_scale)
-        ended: list[str] = []
-        parts = list(self.stream(text, voice=voice, seed=seed, steps=steps, temperature=temperature, top_k=top_k,
-                                 cfg_scale=cfg_scale, ended=ended))
-        audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        return Speech(audio.astype(np.float32), self.sample_rate, tuple(pieces), tuple(ended))
+    # --- the decode thread ------------------------------------------------------------------------------------------
+
+    def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[RealtimeState]:
+        states = []
+        for request, seed in zip(requests, seeds):
+            plan = self._plan(request)
+            decode = request_decode_config(self.config.stream.decode, request)
+            text_ids = torch.tensor(plan.ids, dtype=torch.long, device=self._device)  # (S,)
+            session = KVBlockSession(self.model, text_ids, None, guidance=decode.cfg_scale != 1.0,
+                                     durations=self.aligned_durations(plan.ids))
+            generator = torch.Generator().manual_seed(seed)  # a CPU generator: the sampler moves its numbers
+            bound = request.params.max_frames or self.frame_bound(request)
+            states.append(RealtimeState(request, session, decode, generator, bound, min(plan.floor, bound)))
+        return states
+
+    @torch.no_grad()
+    def step(self, states: Sequence[RealtimeState]) -> list[StepOutput]:
+        outs = []
+        for s in states:  # one request after another (module docstring, "Batching"): a failure stays with its request
+            try:
+                outs.append(self._refine(s))
+            except Exception as err:
+                outs.append(StepOutput(codes=self._empty, error=f"decode step failed: {err}"))
+        return outs
+
+    def release(self, state: RealtimeState) -> None:
+        state.session = None  # its KV cache goes with it
+        state.tokens = state.still = None
+
+    def _refine(self, s: RealtimeState) -> StepOutput:
+        """One refinement step of ``s``'s active block: ``stream.stream_blocks``'s inner loop body."""
+        if s.done or s.session is None:  # the caller closes a request at its last output; never reached
+            return StepOutput(codes=self._empty, final=True)
+        bk, Q, mask_id = self.block_size, self._empty.shape[0], self.grid.mask_id
+        if s.step == 0:  # a new block, all masked
+            s.tokens = torch.full((1, bk, Q), mask_id, dtype=torch.long)  # (1, B_k, Q)
+            s.still = torch.zeros_like(s.tokens, dtype=torch.bool)
+        out = s.session.step(s.tokens.expand(s.session.num_rows, -1, -1))  # codes (R, B_k, Q, K), end (R, B_k)
+        s.step += 1
+        if s.step == 1:
+            s.tokens, s.still = s.tokens.to(out.codes.device), s.still.to(out.codes.device)
+            # conditional row (CFG is on codes only); no end before the request's floor
+            s.end_model = end_frame(out.end[0], self.config.stream.end_threshold, s.min_frames - s.produced)
+            s.frames = min(s.end_model, s.max_frames - s.produced)
+            s.still[:, : s.frames] = True  # frames past the end stay masked, as training shows them
+            s.num_cells = s.still.flatten(1).sum(dim=1)  # (1,)
+        if s.frames > 0:
+            guided = guide(out.codes, 1, s.decode)  # (1, B_k, Q, K)
+            s.tokens, commit = unmask_step(guided, s.tokens, s.still, s.num_cells, s.step, s.decode, s.generator)
+            s.still &= ~commit
+            if s.step < s.decode.steps:
+                return StepOutput(codes=self._empty)
+        return self._finish_block(s)
+
+    def _finish_block(self, s: RealtimeState) -> StepOutput:
+        assert s.session is not None and s.tokens is not None
+        block = s.tokens[0, : s.frames]  # (n, Q)
+        room = s.max_frames - s.produced
+        final = s.end_model < self.block_size and s.end_model <= room  # end of speech: "stop"
+        if final or s.produced + s.frames >= s.max_frames:
+            s.done = True  # at the bound without final: the frames reach max_frames, "bound"
+        else:
+            s.session.commit(block.clone())  # immutable context from the next step on
+        s.produced += s.frames
+        s.blocks += 1
+        s.step, s.tokens, s.still = 0, None, None
+        return StepOutput(codes=block.T.cpu(), final=final)  # (Q, n) codec layout
+
+
+def load_realtime_runtime(path: str | Path, codec: str | None = None, device: str = "cpu", name: str | None = None,
+                          config: RealtimeRuntimeConfig = RealtimeRuntimeConfig()) -> RealtimeRuntime:
+    """The runtime of a shipped Luna Realtime directory (``duet.luna.shipped.save_luna_realtime``); ``codec``
+    defaults to the codec the checkpoint was trained on."""
+    from duet.luna.shipped import load_luna_realtime
+
+    loaded = load_luna_realtime(path, device=device)
+    bundle = loaded.bundle
+    return RealtimeRuntime(bundle.acoustic, bundle.duration, loaded.tokenizer, codec_of(loaded, codec, device),
+                           name or loaded.path.name, config)

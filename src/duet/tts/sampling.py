@@ -1,13 +1,16 @@
 """Per-request sampling parameters, and the frames of a batch of requests sampled with them.
 
-The sampling itself is Gepard's one sampler (``duet.gepard.sampling``), which ``duet speak`` uses too: each request
-samples with its own parameters and ``torch.Generator``, so its frames do not depend on the batch it runs in.
+One shape for every way in: ``duet speak`` (``duet.tts.speaker``), the serving engine and its speech API, and the
+vLLM path read the same :class:`SamplingParams`. The sampling itself is Gepard's one sampler
+(``duet.gepard.sampling``): each request samples with its own parameters and ``torch.Generator``, so its frames do
+not depend on the batch it runs in.
 
 Shape legend: B requests in the running batch, C code channels per frame, V the widest channel alphabet.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -23,8 +26,8 @@ class SamplingParams:
     """How one request samples. ``max_frames=None`` means the adapter's own cap; ``seed=None`` a random seed.
 
     Each family reads the fields that apply to it: Gepard all but ``steps``; Luna and Luna Realtime
-    ``temperature``, ``top_k``, ``steps`` (Realtime: per block), ``max_frames`` and ``seed`` (they refuse ``top_p``
-    < 1; Realtime stops by its own end-of-speech head, not by ``stop_threshold``).
+    ``temperature``, ``top_k``, ``steps`` (Realtime: per block), ``cfg_scale``, ``max_frames`` and ``seed`` (they
+    refuse ``top_p`` < 1; Realtime stops by its own end-of-speech head, not by ``stop_threshold``).
     """
 
     temperature: float = 1.0  # 0 = greedy
@@ -36,6 +39,8 @@ class SamplingParams:
     # Refinement steps of a non-autoregressive family (Luna: MaskGIT steps, §2.5; Realtime: per block); None = default.
     # Autoregressive families (Gepard) decode one frame per step and ignore it.
     steps: int | None = None
+    # Classifier-free guidance scale w (1 = off); None = the family's default (Luna 2, Gepard 1).
+    cfg_scale: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 10.0:
@@ -49,7 +54,9 @@ class SamplingParams:
         if self.max_frames is not None and self.max_frames < 1:
             raise DuetError(f"max_frames must be >= 1, got {self.max_frames}")
         if self.steps is not None and self.steps < 1:
-            raise DuetError(f"steps must be >= 1, got {self.steps}")
+            raise DuetError(f"steps must be a positive integer (8, 16 or 32 are typical), got {self.steps}")
+        if self.cfg_scale is not None and not (math.isfinite(self.cfg_scale) and self.cfg_scale >= 0):
+            raise DuetError(f"cfg_scale must be a finite number >= 0 (1 = no guidance), got {self.cfg_scale}")
 
 
 def sample_requests(logits: torch.Tensor, params: Sequence[SamplingParams],

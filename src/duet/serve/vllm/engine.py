@@ -38,8 +38,8 @@ import torch
 from duet.errors import DuetError, MissingDependency
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
-from duet.serve.sampling import SamplingParams
 from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, AlignedTables, FrameBank, create_bank_file
+from duet.tts.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,8 @@ class GepardVLLM:
         from safetensors import safe_open
 
         from duet.gepard.config import GepardConfig
-        from duet.serve.gepard_adapter import text_encoder
         from duet.text import get_tokenizer
+        from duet.text.prompts import gepard_prompt
 
         self.model_dir = Path(model_dir)
         hf = json.loads((self.model_dir / "config.json").read_text())
@@ -88,7 +88,8 @@ class GepardVLLM:
         self.gepard = GepardConfig.from_dict(hf["duet"]["config"])
         self.levels = tuple(hf["channel_levels"])
         self.tokenizer = get_tokenizer(self.model_dir / "tokenizer.json")
-        self.encode = text_encoder(self.tokenizer)
+        tokenizer = self.tokenizer
+        self.encode = lambda request: gepard_prompt(request.text, tokenizer)  # [SOT, text, EOT, SOS], as trained
         with safe_open(str(self.model_dir / "model.safetensors"), framework="pt") as f:
             self.text_embedding = f.get_tensor("model.embed_tokens.weight").float()  # (V_text, D)
             self.layout = AlignedLayout.load(self.gepard, f) if self.gepard.aligned is not None else None
@@ -275,10 +276,13 @@ class VLLMGepardAdapter:
     def __init__(self, vllm: GepardVLLM, codec, name: str = "gepard", voices: tuple[str, ...] = ("default",)):
         from duet.codecs.fsq import FSQConfig, GroupFSQ
         from duet.gepard.generate import SamplingConfig
-        from duet.serve.gepard_adapter import GepardServeConfig
+        from duet.tts.gepard import GepardRuntimeConfig
+        from duet.tts.runtime import FamilyTraits
 
         self.vllm, self.codec, self.name, self.voices = vllm, codec, name, voices
-        self.default_params = GepardServeConfig().params  # the built-in engine's Gepard defaults
+        self.default_params = GepardRuntimeConfig().params  # the built-in engine's Gepard defaults
+        no_speed = None if vllm.layout is not None else "it has no duration predictor (no aligned text input)"
+        self.traits = FamilyTraits(voices=voices, speed=no_speed, nucleus=True, cloning_note=" yet")
         self.fsq = GroupFSQ(FSQConfig())
         if tuple(self.fsq.config.channel_levels) != vllm.levels:
             raise DuetError("the FSQ packing does not match the model's channel levels")
@@ -289,9 +293,17 @@ class VLLMGepardAdapter:
         self.max_frames = min(self._bound.max_frames, vllm.max_model_len - 4)
 
     def validate(self, request: SynthesisRequest) -> None:
-        from duet.serve.gepard_adapter import check_gepard_request, check_predicted_length
+        from duet.tts.runtime import check_request
 
-        check_gepard_request(request, self.name, self.voices, speed=self.vllm.layout is not None)
+        check_request(request, self)  # the checks every family shares, then check() below
+
+    def check(self, request: SynthesisRequest) -> None:
+        """What only this path knows: no guidance, the predicted length and vLLM's positions."""
+        from duet.tts.gepard import check_predicted_length
+
+        if request.params.cfg_scale not in (None, 1.0):
+            raise InvalidRequest("the vLLM path samples without classifier-free guidance; cfg_scale must be 1",
+                                 param="cfg_scale")
         if self.vllm.layout is not None and request.params.max_frames is None:
             check_predicted_length(self.vllm.predicted_frames(self.vllm.encode(request), request.speed),
                                    self.frame_bound(request), self.codec.frame_rate, self._bound.margin_frames)

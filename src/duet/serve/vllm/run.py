@@ -18,8 +18,8 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     from duet.serve.adapter import SynthesisRequest
-    from duet.serve.sampling import SamplingParams
     from duet.serve.vllm.engine import GepardVLLM, VLLMConfig
+    from duet.tts.sampling import SamplingParams
 
     p = argparse.ArgumentParser(description="Gepard frames through vLLM, as JSON")
     p.add_argument("model_dir")

@@ -1,0 +1,116 @@
+"""What both Luna runtimes hold and ask the same way (``duet.tts.luna``, ``duet.tts.luna_realtime``): the acoustic
+model, the frozen duration predictor, the tokenizer and the codec, the text as prompt ids, the predictor's
+durations, and a request's decoding settings.
+
+Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from duet.errors import DuetError, InvalidRequest
+from duet.luna.config import LunaConfig
+from duet.luna.decode import DecodeConfig
+from duet.luna.duration import DurationPredictor, fit_durations
+from duet.luna.shipped import LoadedLuna
+from duet.text.prompts import luna_prompt
+from duet.tts.request import SynthesisRequest
+
+
+def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
+    """The codec ``codec`` names, else the one the checkpoint names, else duet-rvq."""
+    from duet.codecs import load as load_codec
+
+    return load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device)
+
+
+def request_decode_config(base: DecodeConfig, request: SynthesisRequest) -> DecodeConfig:
+    """``base`` (default steps, CFG scale, selection noise) with the request's steps, temperature, top_k and
+    cfg_scale. A value DecodeConfig refuses is an InvalidRequest."""
+    p = request.params
+    try:
+        return replace(base, steps=p.steps or base.steps, temperature=p.temperature, top_k=p.top_k,
+                       cfg_scale=base.cfg_scale if p.cfg_scale is None else p.cfg_scale)
+    except DuetError as err:
+        raise InvalidRequest(str(err), param="steps") from err
+
+
+class LunaParts:
+    """A loaded Luna model's pieces. ``grid`` is the model's ``LunaConfig`` (Q codebooks x K codes, its backbone);
+    the codec must have exactly that shape."""
+
+    def __init__(self, model: Any, duration: DurationPredictor, tokenizer: Any, codec, grid: LunaConfig, name: str,
+                 language: str = "en") -> None:
+        self.model = model.eval()
+        self.duration = duration.eval()
+        self.tokenizer = tokenizer
+        self.codec = codec
+        self.grid = grid
+        self.name = name
+        self.language = language
+        want = (grid.codebook_size,) * grid.num_codebooks
+        if tuple(codec.codebook_sizes) != want:
+            raise DuetError(f"{name} needs a codec of {grid.num_codebooks} codebooks x {grid.codebook_size}; "
+                            f"{codec} has {tuple(codec.codebook_sizes)}")
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec.sample_rate
+
+    def text_ids(self, text: str) -> list[int]:
+        """[SOT, text ids, EOT], prepared as in training."""
+        return luna_prompt(text, self.tokenizer, language=self.language)
+
+    def request_ids(self, request: SynthesisRequest) -> list[int]:
+        """A request's text ids, refused when empty or past the model's positions before the duration model runs
+        (its cost grows with the square of the text)."""
+        if not request.text.strip():
+            raise InvalidRequest("the text is empty", param="input")
+        ids = self.text_ids(request.text)
+        limit = self.grid.backbone.max_positions
+        if len(ids) >= limit:
+            raise InvalidRequest(f"the text takes {len(ids)} positions, the model has {limit}; split it into shorter "
+                                 "requests", param="input", code="context_length_exceeded")
+        return ids
+
+    def token_durations(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Wrapped text ids -> (the duration predictor's expected frames per token (1, S), lengths (1,))."""
+        device = self.duration.head.weight.device
+        text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
+        lengths = torch.tensor([len(ids)], device=device)  # (1,)
+        return self.duration.token_durations(text, lengths), lengths
+
+    def predicted_frames(self, ids: list[int]) -> float:
+        """The duration predictor's length for wrapped text ids, in frames (before any speed or rounding)."""
+        return float(self.token_durations(ids)[0].sum())
+
+    def layout(self, ids: list[int], frames: int, prompt_tokens: int = 0, prompt_frames: int = 0,
+               ) -> torch.Tensor | None:
+        """Frames per wrapped token (1, S) for an aligned model (None for others): the predictor's durations,
+        the first ``prompt_tokens`` (SOT and a clone prompt's transcript) scaled to fill the prompt's frames, the
+        rest to fill the ``frames`` to generate."""
+        if not self.grid.is_aligned:
+            return None
+        d = self.token_durations(ids)[0][0]  # (S,)
+        n = min(prompt_tokens, d.shape[0] - 1)
+        parts = [fit_durations(d[n:], frames)] if n == 0 else [fit_durations(d[:n], prompt_frames),
+                                                                fit_durations(d[n:], frames)]
+        return torch.cat(parts)[None]  # (1, S)
+
+    def encode_grid(self, audio: np.ndarray, sample_rate: int | None = None) -> torch.Tensor:
+        """A checked clip (S,) float32 (resampled from ``sample_rate`` if given) -> its codes as a grid (T, Q) on the
+        model's device."""
+        with torch.no_grad():
+            codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, T)
+        return codes.transpose(0, 1).to(self.duration.head.weight.device)
+
+    def decode_grid(self, grid: torch.Tensor) -> np.ndarray:
+        """A grid (T, Q) of codes -> its audio (T x samples per frame,) float32 at the codec's rate."""
+        with torch.no_grad():
+            audio = self.codec.decode(grid.transpose(0, 1)[None]).audio[0]  # codes (1, Q, T) -> samples
+        return audio.float().cpu().numpy()

@@ -1,0 +1,192 @@
+"""The one speaker of every family: text -> sentences -> a request per piece -> the family's own step code
+(``duet.tts.runtime``) -> the codec's stream decoder -> audio.
+
+``duet.load`` returns a :class:`Speaker` over the model's :class:`FamilyRuntime` (Gepard, Luna or Luna Realtime);
+``duet serve`` drives the same runtime through ``duet.serve.adapter.FamilyAdapter``, and both read a step's output
+with ``runtime.settle``, so one model, text and seed give the same frames spoken and served.
+
+Long text is split at sentence boundaries (``duet.text.sentences``) and each piece is generated on its own, with
+``gap_seconds`` of silence between pieces; piece i samples with seed ``seed + i`` (a random seed when none is
+given), so a seed fixes the whole utterance. Each piece is bounded by its family's frame bound (a piece that runs
+into it ends "bound", ``duet.finish``), so the Speaker never refuses a sentence for its length the way the speech
+API refuses a long request. Every piece is checked before any decoding (``runtime.check_common``, then the
+runtime's ``check`` on the bounded piece), so bad input is one DuetError from ``speak``, ``stream`` or ``chunks``
+themselves, not from their first chunk.
+
+``chunks`` yields each piece's codes and audio as the codec's stream decoder gives them (every ``chunk_frames``
+frames or more: a Gepard frame, a Luna Realtime block, a Luna sentence); ``stream`` yields their audio with the gaps
+as chunks of their own; ``speak`` joins the same chunks, so ``speak(text).audio`` is the concatenation of
+``stream(text)`` exactly.
+
+Shape legend: K code streams of the codec, t frames, s samples.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from duet.errors import DuetError
+from duet.limits import SEED_LIMIT
+from duet.text.sentences import split_sentences
+from duet.tts.request import SynthesisRequest, VoicePrompt
+from duet.tts.runtime import FamilyRuntime, check_common, settle
+from duet.tts.speech import Speech
+
+
+@dataclass(frozen=True)
+class SpeakConfig:
+    max_chars: int = 200  # longest piece of text per generation
+    gap_seconds: float = 0.15  # silence between pieces
+    chunk_frames: int = 4  # frames gathered before a push into the codec's stream decoder
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Audio of one piece as it is decoded."""
+
+    piece: int  # which piece of the text (0, 1, ...)
+    codes: torch.Tensor  # (K, t) the frames this chunk decodes
+    audio: torch.Tensor  # (s,) float32; the piece's last chunk includes the decoder's flush
+    end: str | None  # None while the piece goes on; "stop" or "bound" on its last chunk (duet.finish)
+
+
+class Speaker:
+    """A loaded model of any family with its codec: ``speak``, ``stream``, ``chunks``; ``voice_prompt`` and
+    ``edit`` where the family clones or edits (Luna)."""
+
+    def __init__(self, runtime: FamilyRuntime, config: SpeakConfig = SpeakConfig()):
+        self.runtime = runtime
+        self.config = config
+
+    @property
+    def name(self) -> str:
+        return self.runtime.name
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return self.runtime.traits.voices
+
+    @property
+    def codec(self):
+        return self.runtime.codec
+
+    @property
+    def sample_rate(self) -> int:
+        return self.runtime.codec.sample_rate
+
+    @property
+    def supports_cloning(self) -> bool:
+        return self.runtime.traits.voice_prompt
+
+    def voice_prompt(self, audio: np.ndarray | torch.Tensor, text: str, sample_rate: int | None = None) -> VoicePrompt:
+        """A reference clip (S,) and its transcript -> a prompt that ``speak(..., prompt=)`` clones (Luna §2.5)."""
+        if not self.supports_cloning:
+            raise DuetError(f"{self.name} cannot clone a voice (no voice prompts)")
+        return self.runtime.voice_prompt(audio, text, sample_rate)  # type: ignore[attr-defined]
+
+    def edit(self, audio: np.ndarray | torch.Tensor, text: str, span_seconds: tuple[float, float], **options: Any):
+        """Speech editing (Luna): regenerate ``span_seconds`` of a recording whose transcript is ``text`` ->
+        ``duet.tts.luna_edit.EditedSpeech``; ``options`` as ``edit_speech`` takes them."""
+        from duet.tts.luna import LunaRuntime
+        from duet.tts.luna_edit import edit_speech
+
+        if not isinstance(self.runtime, LunaRuntime):
+            raise DuetError(f"editing needs a Luna model (it fills a masked span); {self.name} is not one")
+        return edit_speech(self.runtime, audio, text, span_seconds, **options)
+
+    # ---- the requests (checked eagerly: before any decoding) -------------------------------------------------------
+    def requests(self, text: str, *, voice: str | None = None, seed: int | None = None,
+                 temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
+                 speed: float | None = None, steps: int | None = None,
+                 prompt: VoicePrompt | None = None) -> list[tuple[SynthesisRequest, int]]:
+        """One checked (request, seed) per piece of ``text``, each bounded by its family's frame bound."""
+        if steps is not None and not self.runtime.traits.steps:
+            raise DuetError(f"{self.name} decodes one frame per step: steps applies to Luna models only")
+        given = {k: v for k, v in (("temperature", temperature), ("top_k", top_k), ("cfg_scale", cfg_scale),
+                                   ("steps", steps)) if v is not None}
+        params = replace(self.runtime.default_params, **given)  # a bad value is a DuetError here
+        pieces = split_sentences(text, self.config.max_chars)
+        if not pieces:
+            raise DuetError("the text is empty")
+        seed = random.SystemRandom().randrange(SEED_LIMIT // 2) if seed is None else seed
+        out = []
+        for i, piece in enumerate(pieces):
+            request = SynthesisRequest(piece, voice=voice, speed=1.0 if speed is None else speed, params=params,
+                                       prompt=prompt)
+            check_common(request, self.name, self.runtime.traits)
+            bounded = replace(request, params=replace(params, max_frames=self.runtime.frame_bound(request)))
+            self.runtime.check(bounded)
+            out.append((bounded, seed + i))
+        return out
+
+    # ---- the speaker surface ---------------------------------------------------------------------------------------
+    def chunks(self, text: str, *, ended: list[str] | None = None, **options: Any) -> Iterator[Chunk]:
+        """Every piece's chunks in order; ``ended`` (if given) collects "stop" or "bound" per piece."""
+        return self._chunks(self.requests(text, **options), ended)
+
+    def stream(self, text: str, *, ended: list[str] | None = None, **options: Any) -> Iterator[np.ndarray]:
+        """Audio chunks (float32 (s,)) as they are decoded, the gaps between pieces as chunks of their own."""
+        return self._audio(self._chunks(self.requests(text, **options), ended))
+
+    def speak(self, text: str, **options: Any) -> Speech:
+        """The whole utterance: the same chunks as ``stream``, joined. Options: ``voice``, ``seed``,
+        ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``, ``prompt`` (those the family takes)."""
+        requests = self.requests(text, **options)
+        ended: list[str] = []
+        parts = list(self._audio(self._chunks(requests, ended)))
+        audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        return Speech(audio.astype(np.float32), self.sample_rate, tuple(r.text for r, _ in requests), tuple(ended))
+
+    def _chunks(self, requests: list[tuple[SynthesisRequest, int]], ended: list[str] | None) -> Iterator[Chunk]:
+        for i, (request, seed) in enumerate(requests):
+            for chunk in self._piece(i, request, seed):
+                if chunk.end is not None and ended is not None:
+                    ended.append(chunk.end)
+                yield chunk
+
+    def _audio(self, chunks: Iterator[Chunk]) -> Iterator[np.ndarray]:
+        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+        piece = 0
+        for chunk in chunks:
+            if chunk.piece != piece:
+                piece = chunk.piece
+                yield gap
+            if chunk.audio.numel():
+                yield chunk.audio.numpy()
+
+    def _piece(self, index: int, request: SynthesisRequest, seed: int) -> Iterator[Chunk]:
+        """One piece: prefill, then steps until ``settle`` ends it; frames go through the stream decoder."""
+        runtime, params = self.runtime, request.params
+        bound = params.max_frames
+        assert bound is not None  # requests() sets it
+        decoder = self.codec.stream_decoder()
+        state = runtime.prefill([request], [seed])[0]
+        produced, pending = 0, []
+        try:
+            while True:
+                out = runtime.step([state])[0]
+                if out.error is not None:
+                    raise RuntimeError(out.error)
+                codes, end = settle(out, produced, bound, params.stop_threshold)
+                produced += codes.shape[-1]
+                if codes.shape[-1]:
+                    pending.append(codes)
+                if end is None and sum(c.shape[-1] for c in pending) < self.config.chunk_frames:
+                    continue
+                codes = torch.cat(pending, dim=-1) if pending else out.codes[..., :0]  # (K, t)
+                pending = []
+                with torch.no_grad():
+                    parts = [decoder.push(codes[None])[0]] if codes.shape[-1] else []  # (s,)
+                    if end is not None:
+                        parts.append(decoder.flush()[0])
+                audio = torch.cat(parts).float().cpu() if parts else torch.zeros(0)
+                yield Chunk(index, codes, audio, end)
+                if end is not None:
+                    return
+        finally:
+            runtime.release(state)

@@ -1,6 +1,6 @@
-"""Gepard's frame sampler: one batched, factorised sampling step that ``duet speak`` (``duet.gepard.generate``),
-the serving engine (``duet.serve.gepard_adapter``) and the vLLM path (``duet.serve.vllm.sampler``) all call, so
-one model, text and seed give the same frames in each.
+"""Gepard's frame sampler: one batched, factorised sampling step that ``duet.gepard.generate``, the Gepard runtime
+behind ``duet speak`` and ``duet serve`` (``duet.tts.gepard``) and the vLLM path (``duet.serve.vllm.sampler``) all
+call, so one model, text and seed give the same frames in each.
 
 Shape legend: B rows, C code channels per frame, V the widest channel alphabet (narrower channels pad their logits
 with -inf).

@@ -5,7 +5,7 @@ Gumbel noise; Ho & Salimans 2022 for classifier-free guidance. Pure functions ov
 so every branch is tested with fake models (``tests/luna/test_decode.py``). One step is exposed on its own
 (``cells_to_generate`` once; then per step ``guidance_rows`` -> one forward -> ``maskgit_step``, i.e. ``guide`` ->
 ``unmask_step``) so the block-streaming decoder of Luna-TTS Realtime (``duet.luna.stream``) and the serving adapter
-(``duet.serve.luna_adapter``, which batches the forward passes of many requests at different steps) refine with
+(``duet.tts.luna.LunaRuntime``, which batches the forward passes of many requests at different steps) refine with
 exactly this logic.
 
 Contract of ``logits_fn(tokens, conditional) -> logits``:
@@ -207,7 +207,7 @@ def maskgit_step(
     logits (B', T, Q, K) of the rows ``guidance_rows(B, cfg)`` asked for, tokens (B, T, Q), still (B, T, Q) bool,
     num_cells (B,) -> (new tokens (B, T, Q), commit (B, T, Q) bool). The random numbers drawn depend on the shape of
     ``tokens`` and on ``generator`` only, so a caller that slices one request's rows out of a larger forward pass
-    (``duet.serve.luna_adapter``) draws exactly what ``maskgit_decode`` of that request alone would.
+    (``duet.tts.luna.LunaRuntime``) draws exactly what ``maskgit_decode`` of that request alone would.
     """
     return unmask_step(guide(logits, tokens.shape[0], cfg), tokens, still, num_cells, step, cfg, generator)
 

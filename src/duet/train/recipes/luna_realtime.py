@@ -139,7 +139,7 @@ def export_luna_realtime(run_dir: str | Path, out_dir: str | Path, checkpoint: s
                          best: bool = True) -> Path:
     """A run's checkpoint (best by validation loss by default, else the latest) -> the shipped format
     (``duet.luna.shipped.save_luna_realtime``: fp16, ``"type": "luna-realtime"``, tokenizer, codec, the frozen
-    duration predictor). ``duet.load`` turns it into a ``duet.tts.luna_realtime.RealtimeSpeaker``."""
+    duration predictor). ``duet.load`` speaks with it through ``duet.tts.luna_realtime.RealtimeRuntime``."""
     run = driver.load_run(run_dir, RealtimeTrainConfig, lambda cfg: RealtimeBundle(cfg.model, cfg.duration),
                           "Luna Realtime", checkpoint, best)
     info = {"preset": run.config.name, "init_from": run.state.get("init_from"), **run.info}

@@ -31,7 +31,8 @@ RMSNorms per block; K = 8 queries, null_prefix, a 32 -> 1024 input projection, o
 output gate: 29.4M fewer) and Qwen3's 151,936-row embedding (98.7M fewer); we widen the MLP 3584 -> 6272 (+115.6M)
 to keep the report's ~500M. The price: 343.2M non-embedding weights per decode step against the report's ~256.9M
 (about 1.34x the bytes and FLOPs per frame). Set ``mlp_width=3584`` for the report's per-step cost instead (383.2M
-backbone). No Q-Former in this preset: voice cloning plugs in later through the model's ``prefix`` input.
+backbone). No Q-Former in this preset: ``duet.gepard.qformer`` builds one; it plugs in through the model's
+``prefix`` input.
 
 ``gepard-tiny`` -- trainable on this CPU (DESIGN §D: a 5M model at width 256, 6 layers learned lengths and
 stopping in 42 minutes). Small BPE vocabulary: duet's BPE of at most 2048 bytes + merges plus its 150 service
@@ -55,6 +56,7 @@ from typing import Any, Callable
 from duet.codecs.fsq import FSQConfig
 from duet.config_io import from_dict, pick_preset, to_dict
 from duet.gepard.aligned import AlignedConfig
+from duet.gepard.qformer import QFormerConfig, qformer_parameters
 from duet.nn.backbone import BackboneConfig
 
 # Gepard §2.1: "approx. 500M parameters" for the backbone; 555.7M with audio interface and voice cloning.
@@ -210,8 +212,7 @@ def report_reconstruction() -> dict[str, int]:
     d, hd, heads, kv, mlp, layers, vocab = 1024, 256, 8, 2, 3584, 14, 248_320
     attention = d * 2 * heads * hd + 2 * d * kv * hd + heads * hd * d + 2 * hd  # q_proj doubled by the gate
     backbone = layers * (attention + 3 * d * mlp + 2 * d) + vocab * d + d
-    block = 4 * d * d + 4 * d * d + 3 * d * 4 * d + 3 * d  # self-attn, cross-attn, SwiGLU (4d), 3 RMSNorms
-    qformer = 2 * block + 8 * d + 8 * d + (32 * d + d) + d + 1  # + queries, null_prefix, input proj, norm, scale
+    qformer = qformer_parameters(QFormerConfig(width=d))  # duet.gepard.qformer builds exactly this count
     interface_and_heads = parameter_breakdown(gepard_500m())
     rest = interface_and_heads["audio_interface"] + interface_and_heads["heads"]
     return {"backbone": backbone, "qformer": qformer, "total": backbone + rest + qformer}
@@ -234,7 +235,8 @@ def format_breakdown(config: GepardConfig) -> str:
         lines.append(f"  our reading of the report (config.py): Qwen3.5 backbone {recon['backbone'] / 1e6:.1f} M "
                      f"(248,320-row embedding, gated attention, MLP 3584) + interface and heads + Q-Former "
                      f"{recon['qformer'] / 1e6:.1f} M = {recon['total'] / 1e6:.1f} M;")
-        lines.append(f"  so the gap is the Q-Former (not built here) + {short:.1f} M less backbone")
+        lines.append(f"  so the gap is the Q-Former (duet.gepard.qformer; not in this preset) + {short:.1f} M less "
+                     "backbone")
     return "\n".join(lines)
 
 

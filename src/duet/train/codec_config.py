@@ -65,6 +65,15 @@ class CodecTrainConfig:
         return max(1, round(self.crop_seconds * self.model.sample_rate / spf)) * spf
 
 
+def _tiny(kind: str, model: Any) -> CodecTrainConfig:
+    """The tiny presets' training around a tiny ``model``: seconds per run on a CPU, discriminators included."""
+    return CodecTrainConfig(kind=kind, model=model, batch_size=2, crop_seconds=0.2, warmup_steps=2, max_steps=50,
+                            val_every=4, val_items=2, val_seconds=0.2, log_every=1,
+                            disc=DiscriminatorConfig(periods=(2, 3), period_channels=(4, 8), resolutions=((512, 128),),
+                                                     stft_channels=4, batch=2, seconds=0.1),
+                            loss=SpectralLossConfig(stft=((256, 64), (512, 128)), mel=((256, 64, 20), (512, 128, 40))))
+
+
 def preset(name: str) -> CodecTrainConfig:
     """Named training configs; ``tests/train`` builds each one."""
     if name == "fsq":
@@ -95,13 +104,7 @@ def preset(name: str) -> CodecTrainConfig:
 
         model = FSQCodecConfig(n_mels=20, enc_sub_dim=16, enc_sub_blocks=1, enc_dim=32, enc_blocks=1, dec_dim=32,
                                dec_blocks=1, dec_sub_dim=16, dec_sub_blocks=1)
-        return CodecTrainConfig(kind="duet-fsq", model=model, batch_size=2, crop_seconds=0.2, warmup_steps=2,
-                                max_steps=50, val_every=4, val_items=2, val_seconds=0.2, log_every=1,
-                                disc=DiscriminatorConfig(periods=(2, 3), period_channels=(4, 8),
-                                                         resolutions=((512, 128),), stft_channels=4, batch=2,
-                                                         seconds=0.1),
-                                loss=SpectralLossConfig(stft=((256, 64), (512, 128)),
-                                                        mel=((256, 64, 20), (512, 128, 40))))
+        return _tiny("duet-fsq", model)
     if name == "rvq-tiny":
         from duet.codecs.rvq import RVQConfig
         from duet.codecs.rvq_codec import RVQCodecConfig
@@ -109,13 +112,7 @@ def preset(name: str) -> CodecTrainConfig:
         model = RVQCodecConfig(n_mels=20, enc_sub_dim=16, enc_sub_blocks=1, enc_dim=32, enc_blocks=1,
                                enc_transformer_layers=1, enc_heads=2, dec_dim=32, dec_blocks=1, dec_sub_dim=16,
                                dec_sub_blocks=1, rvq=RVQConfig(dim=16, num_quantizers=4, codebook_size=64))
-        return CodecTrainConfig(kind="duet-rvq", model=model, batch_size=2, crop_seconds=0.2, warmup_steps=2,
-                                max_steps=50, val_every=4, val_items=2, val_seconds=0.2, log_every=1,
-                                disc=DiscriminatorConfig(periods=(2, 3), period_channels=(4, 8),
-                                                         resolutions=((512, 128),), stft_channels=4, batch=2,
-                                                         seconds=0.1),
-                                loss=SpectralLossConfig(stft=((256, 64), (512, 128)),
-                                                        mel=((256, 64, 20), (512, 128, 40))))
+        return _tiny("duet-rvq", model)
     raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-decoder, fsq-decoder, fsq-tiny, "
                     "rvq-tiny or a JSON file")
 

@@ -1,6 +1,8 @@
 """``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
 [--seed N] [--steps S] [--speed X] [--cfg-scale W] [--prompt REF.wav --prompt-text "what REF says"]``.
 
+``--stdin-stream`` speaks standard input while it is still arriving (typed, or piped from an LLM), a sentence or
+a clause at a time as soon as it is complete (``duet.tts.live``), writing the file as audio comes.
 ``--stream`` writes the file as audio is decoded (a reader can follow it) and reports the time to first audio;
 without it the file is written once at the end (Luna decodes a sentence at a time, so its stream comes in
 sentences; Luna Realtime streams one 1.28 s block at a time). ``--steps`` (MaskGIT refinement steps: 32 by default,
@@ -48,6 +50,9 @@ def register(subparsers) -> None:
     p.add_argument("--voice", default=None, help="a voice of the model (see --list-voices)")
     p.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longest text accepted, in characters")
     p.add_argument("--stream", action="store_true", help="write audio as it is decoded; print time to first audio")
+    p.add_argument("--stdin-stream", action="store_true",
+                   help="speak standard input while it is still arriving (typed, or piped from an LLM): each "
+                        "sentence, or clause of a few words, as soon as it is complete; audio written as it comes")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same audio)")
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
@@ -143,6 +148,8 @@ def run_speak(args: argparse.Namespace) -> int:
 
         print("\n".join(load(args.model).voices))
         return 0
+    if args.stdin_stream:
+        return run_stdin_stream(args)
     if args.text is None or args.output is None:
         raise DuetError("give the text to speak and -o OUTPUT (or --list-voices)")
     check_sampling(args.temperature, args.top_k, args.seed)
@@ -190,4 +197,50 @@ def run_speak(args: argparse.Namespace) -> int:
     bound = sum(e == "bound" for e in ended)
     note = f"; {bound} of {len(ended)} pieces hit the length bound" if bound else ""
     print(f"{out}: {seconds:.2f} s of audio in {wall:.2f} s (RTF {wall / max(seconds, 1e-9):.3f}){ttfa}{note}")
+    return 0
+
+
+def run_stdin_stream(args: argparse.Namespace) -> int:
+    """``--stdin-stream``: standard input spoken piece by piece as it arrives (``duet.tts.live``)."""
+    import soundfile as sf
+
+    from duet.tts import load
+    from duet.tts.live import read_deltas, speak_live
+
+    if args.text not in (None, "-"):
+        raise DuetError("--stdin-stream reads the text from standard input; give no text argument")
+    if args.output is None:
+        raise DuetError("--stdin-stream needs -o OUTPUT (written as the audio comes)")
+    if args.prompt is not None:
+        raise DuetError("--stdin-stream does not take --prompt")
+    check_sampling(args.temperature, args.top_k, args.seed)
+    out = Path(args.output)
+    fmt = check_output(out)
+    model_options = check_luna_options(args.model, args.steps, args.speed)
+    speaker = load(args.model)
+    started = time.perf_counter()
+    first: list[float] = []
+    samples = 0
+    with sf.SoundFile(out, "w", samplerate=speaker.sample_rate, channels=1, format=fmt) as f:
+        def write(chunk) -> None:
+            nonlocal samples
+            if not first and len(chunk):
+                first.append(time.perf_counter() - started)
+            f.write(chunk)
+            f.flush()
+            samples += len(chunk)
+
+        def announce(index: int, piece: str) -> None:
+            print(f"[{time.perf_counter() - started:7.2f} s] piece {index}: {piece}", file=sys.stderr, flush=True)
+
+        ended = speak_live(speaker, read_deltas(sys.stdin.fileno()), write, seed=args.seed, on_piece=announce,
+                           voice=args.voice, temperature=args.temperature, top_k=args.top_k,
+                           cfg_scale=args.cfg_scale, **model_options)
+    if not ended:
+        out.unlink(missing_ok=True)
+        raise DuetError("standard input held no text")
+    bound = sum(e == "bound" for e in ended)
+    note = f"; {bound} of {len(ended)} pieces hit the length bound" if bound else ""
+    print(f"{out}: {samples / speaker.sample_rate:.2f} s of audio in {len(ended)} pieces, first audio "
+          f"{first[0]:.2f} s after start{note}")
     return 0

@@ -23,20 +23,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shlex
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import websockets
+from serve_bench import Server, free_port  # the same server start as the serving benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 ANSWER = ("Sure, here is a quick summary. The museum opens at nine in the morning and closes at six, except on "
           "Mondays. Tickets cost twelve dollars for adults, and children under ten get in for free. The new "
           "exhibition about ocean life is on the second floor, right next to the cafe.")
@@ -66,12 +64,6 @@ class Listen:
                 self.waited_s += now - played_until
         self.received += nbytes
         self.last = now
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def llm(tokens: list[str], rate: float, send, t0: float) -> list[float]:
@@ -165,30 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     argv_serve = [sys.executable, "-m", "duet.cli", "serve", "--model", args.model, "--port", str(port),
                   "--engine-threads", str(args.threads)]
-    server = subprocess.Popen(argv_serve, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"server exited: {shlex.join(argv_serve)}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("server did not start")
-            time.sleep(0.5)
-        model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
-        sample_rate = httpx.get(f"{url}/v1/audio/voices").json()["sample_rate"]
-        lines = asyncio.run(run(url, model, sample_rate, args.rates, args.repeats))
-    finally:
-        server.terminate()
-        server.wait(60)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(argv_serve, port, Path(tmp) / "server.log")
+        try:
+            lines = asyncio.run(run(server.url, server.model, server.sample_rate, args.rates, args.repeats))
+        finally:
+            server.close()
     command = shlex.join(["python", "benchmarks/input_streaming_bench.py", *(argv or sys.argv[1:])])
     table = "\n".join([f"`{command}`", "", *lines])
     print(table)

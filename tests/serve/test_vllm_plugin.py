@@ -9,8 +9,10 @@ duet installed with its ``vllm.general_plugins`` entry point). duet's side runs 
    seeded sampling (temperature 1) equals the built-in engine's frames for the same seed;
 2. the same for a model with aligned text input (its duration predictor lays the text out; the client sends each
    request's aligned vectors): greedy frames equal ``generate``'s, seeded frames the built-in engine's, at a speed;
-3. ``duet serve --engine vllm`` answers the speech API; its greedy audio equals the codec's decoding of duet's
-   greedy frames, and concurrent streams finish and free their slots.
+3. ``duet serve --engine vllm --model NAME`` resolves the name as the built-in engine does and serves the model
+   under the built-in engine's id (and an alias); its greedy audio equals the codec's decoding of duet's greedy
+   frames, concurrent streams finish and free their slots, vLLM's KV cache is sized to the limits (the engine
+   process stays far below the 6.7 GB it took with vLLM's default), and stopping leaves no process and no export.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def make_tiny(root: Path, aligned: bool = False) -> dict:
     if aligned:
         with torch.no_grad():  # about 3 frames per token (a random-init predictor gives ~0)
             model.duration.head.bias.fill_(1.2)
-    checkpoint = save_gepard(model, tokenizer, root / "duet", codec={"name": "duet-fsq", "frame_rate": 21.5})
+    checkpoint = save_gepard(model, tokenizer, root / "gepard-test", codec={"name": "duet-fsq", "frame_rate": 21.5})
     torch.manual_seed(1)
     codec = save_pretrained(build("duet-fsq"), root / "codec")  # random weights: audio is noise, shapes are real
     loaded = load_gepard(checkpoint)
@@ -96,8 +98,9 @@ def builtin_engine(tiny, text: str, params: SamplingParams, seed: int, speed: fl
     return frames
 
 
-def run_vllm(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+def run_vllm(*args: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """``args`` in the vLLM venv, with the KV cache sized by duet (``kv_cache.py``) and ``env`` added."""
+    env = {**{k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}, **env}
     return subprocess.run([VLLM_PYTHON, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -156,8 +159,12 @@ def test_vllm_frames_of_an_aligned_model_equal_duets(tiny_aligned):
                  "speed": 0.8}]
     req_file, out_file = tiny_aligned["root"] / "requests.json", tiny_aligned["root"] / "out.json"
     req_file.write_text(json.dumps(requests))
-    proc = run_vllm("-m", "duet.serve.vllm.run", str(tiny_aligned["vllm"]), str(req_file), str(out_file))
+    temp = tiny_aligned["root"] / "tmp"
+    temp.mkdir()
+    proc = run_vllm("-m", "duet.serve.vllm.run", str(tiny_aligned["duet"]), str(req_file), str(out_file),
+                    TMPDIR=str(temp))  # the duet checkpoint itself: exported to a temporary directory
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not list(temp.glob("duet-vllm-*")), "the temporary export outlived the engine"
     got = json.loads(out_file.read_text())["results"]
 
     assert got[0] == {"frames": long_frames, "ended": "bound"}
@@ -177,10 +184,14 @@ def _free_port() -> int:
 
 def test_duet_serve_engine_vllm(tiny):
     port = _free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    temp = tiny["root"] / "tmp"
+    temp.mkdir()
+    name = tiny["duet"].name  # served by name from a checkpoints root, as a shipped model is
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # the computed size
+    env.update(DUET_CHECKPOINTS=str(tiny["root"]), TMPDIR=str(temp))
     log = open(tiny["root"] / "serve.log", "w")
-    proc = subprocess.Popen([VLLM_PYTHON, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", "gepard",
-                             "--checkpoint", str(tiny["duet"]), "--codec", str(tiny["codec"]), "--port", str(port),
+    proc = subprocess.Popen([VLLM_PYTHON, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", name,
+                             "--codec", str(tiny["codec"]), "--port", str(port), "--model-alias", "tts-1",
                              "--max-batch", "4", "--log-level", "warning"], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -195,9 +206,12 @@ def test_duet_serve_engine_vllm(tiny):
             assert time.monotonic() < deadline, "duet serve --engine vllm did not come up"
             time.sleep(1)
 
+        assert len(list(temp.glob("duet-vllm-*"))) == 1  # the checkpoint's export, while it serves
+        models = [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
+        assert models[0] == name == "gepard-test" and "tts-1" in models
         frames, _, _ = reference(tiny, "hello world", 12, NEVER)
         r = httpx.post(f"{url}/v1/audio/speech", timeout=120,
-                       json={"model": "gepard", "input": "hello world", "temperature": 0, "stop_threshold": NEVER,
+                       json={"model": name, "input": "hello world", "temperature": 0, "stop_threshold": NEVER,
                              "max_frames": 12, "response_format": "pcm"})
         assert r.status_code == 200, r.text
         served = np.frombuffer(r.content, "<i2").astype(np.float64) / 32767
@@ -211,7 +225,7 @@ def test_duet_serve_engine_vllm(tiny):
 
         def stream(i: int) -> tuple[int, int]:
             with httpx.stream("POST", f"{url}/v1/audio/speech", timeout=120,
-                              json={"model": "gepard", "input": f"this is test {i}", "seed": i, "max_frames": 30,
+                              json={"model": "tts-1", "input": f"this is test {i}", "seed": i, "max_frames": 30,
                                     "stop_threshold": NEVER, "stream_format": "sse", "response_format": "pcm"}) as s:
                 events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
             return s.status_code, events[-1]["usage"]["output_tokens"]
@@ -224,15 +238,27 @@ def test_duet_serve_engine_vllm(tiny):
         assert "duet_active_streams 0" in metrics and "duet_engine_running 0" in metrics
         children = child_pids(proc.pid)  # vLLM's engine-core process among them
         assert children
+        rss = {pid: rss_bytes(pid) for pid in [proc.pid, *children]}
+        print(f"server RSS by process (MB): { {pid: round(b / 1e6) for pid, b in rss.items()} }")
+        assert sum(rss.values()) < 2e9, rss  # with vLLM's own KV-cache default the engine process alone was 6.7 GB
         proc.terminate()
         proc.wait(60)
         time.sleep(2)
         assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "vLLM processes outlived the server"
+        assert not list(temp.glob("duet-vllm-*")), "the temporary export outlived the server"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
         log.close()
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def child_pids(pid: int) -> list[int]:

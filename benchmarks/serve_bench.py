@@ -146,9 +146,10 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, argv: list[str], port: int, log: Path, timeout: float = 600):
-        env = {"MALLOC_ARENA_MAX": "2",  # what duet serve runs with (--malloc-arenas); a caller's own value wins
-               **os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+        # MALLOC_ARENA_MAX: what duet serve runs with (--malloc-arenas); a caller's own value wins. vLLM's KV cache
+        # is sized by duet serve from the model and --max-batch unless the caller sets VLLM_CPU_KVCACHE_SPACE.
+        env = {"MALLOC_ARENA_MAX": "2", **os.environ,
+               "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         self.log = open(log, "w")
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{port}"

@@ -74,6 +74,12 @@ def register(subparsers) -> None:
                    "--time-budget-per-audio; past its budget a request ends (504 before its first audio)")
     p.add_argument("--time-budget-per-audio", type=float, default=10.0,
                    help="more wall-clock seconds per second of audio a request may make (its frame bound)")
+    p.add_argument("--text-stream-idle-timeout", type=float, default=30.0,
+                   help="seconds a /v1/audio/speech/stream session may wait for its client's next message")
+    p.add_argument("--text-stream-max-chars", type=int, default=20_000,
+                   help="text one /v1/audio/speech/stream session may send, all deltas together")
+    p.add_argument("--text-stream-max-seconds", type=float, default=900.0,
+                   help="wall-clock seconds one /v1/audio/speech/stream session may last")
     p.add_argument("--model-alias", action="append", default=[], help="another accepted model name (repeatable)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run_serve)
@@ -142,7 +148,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from duet.serve.engine import Engine, EngineConfig
     from duet.serve.protocol import header_timeout_protocol
     from duet.serve.scheduler import SchedulerConfig
-    from duet.serve.schemas import ServeConfig
+    from duet.serve.schemas import ServeConfig, TextStreamConfig
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     scheduler = SchedulerConfig(max_running=args.max_batch, max_waiting=args.max_queue,
@@ -156,7 +162,10 @@ def run_serve(args: argparse.Namespace) -> int:
                          max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias),
                          header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
                          stream_idle_timeout_s=args.stream_idle_timeout, api_docs=args.api_docs,
-                         max_preparing=args.max_preparing)
+                         max_preparing=args.max_preparing,
+                         text_stream=TextStreamConfig(idle_timeout_s=args.text_stream_idle_timeout,
+                                                      max_session_chars=args.text_stream_max_chars,
+                                                      max_session_s=args.text_stream_max_seconds))
     uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level,
                 http=header_timeout_protocol(config.header_timeout_s))
     return 0

@@ -43,6 +43,10 @@ text preparation           ``EngineConfig.time_budget_s``, in a worker        ``
                            wait their turn inside that budget
 JSON body                  UTF-8, an object, nested at most as deep as        400; another content type: 415
                            Python's recursion limit allows
+text-stream session        ``TextStreamConfig``: 30 s between messages,       ``--text-stream-idle-timeout``,
+                           20,000 characters, 900 s of wall clock             ``--text-stream-max-chars``,
+                                                                              ``--text-stream-max-seconds``; an
+                                                                              error event, then the session ends
 =========================  =================================================  ======================================
 
 How a generation ended (``duet.finish``: stop, bound, cancelled, error) is in every response form: the SSE closing

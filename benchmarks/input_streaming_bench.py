@@ -14,7 +14,8 @@ one run:
 
 Reported, from the client's side: first audio (first token sent -> first audio byte) and how many tokens had been
 sent by then (and how many the first spoken piece holds); underruns (audio that arrived after a player started at
-the first byte had played everything it had; and the seconds it waited in all); and the latency after the last token
+the first byte had played everything it had, and the seconds it waited in all; and the same for a player that keeps a
+0.1 s buffer, starting 0.1 s after the first byte, as the web page's does); and the latency after the last token
 (last token sent -> last audio byte).
 """
 
@@ -38,14 +39,17 @@ from serve_bench import Server, free_port  # the same server start as the servin
 ANSWER = ("Sure, here is a quick summary. The museum opens at nine in the morning and closes at six, except on "
           "Mondays. Tickets cost twelve dollars for adults, and children under ten get in for free. The new "
           "exhibition about ocean life is on the second floor, right next to the cafe.")
+BUFFER_S = 0.1  # the second player's jitter buffer, as the web page's player keeps
 TOKEN = re.compile(r"\s?[A-Za-z]{1,4}|\s?\d{1,3}|\s?[^\sA-Za-z\d]|\s+")
 
 
 @dataclass
 class Listen:
-    """What a player sees: bytes arriving over time."""
+    """What a player sees: bytes arriving over time. It starts playing ``lead_s`` after the first byte (a jitter
+    buffer; the web page's player keeps 0.1 s) and waits, counting an underrun, whenever it has played all it had."""
 
     sample_rate: int
+    lead_s: float = 0.0
     first: float | None = None
     received: int = 0  # bytes
     underruns: int = 0
@@ -58,7 +62,7 @@ class Listen:
         if self.first is None:
             self.first = now
         else:
-            played_until = self.first + self.waited_s + self.received / 2 / self.sample_rate
+            played_until = self.first + self.lead_s + self.waited_s + self.received / 2 / self.sample_rate
             if now > played_until:  # the player ran dry before this chunk came
                 self.underruns += 1
                 self.waited_s += now - played_until
@@ -80,14 +84,16 @@ async def streamed(url: str, model: str, sample_rate: int, tokens: list[str], ra
     async with websockets.connect(url.replace("http", "ws") + "/v1/audio/speech/stream", max_size=None) as ws:
         await ws.send(json.dumps({"type": "session.start", "model": model, "seed": seed}))
         json.loads(await ws.recv())  # session.started
-        listen = Listen(sample_rate)
+        listen, buffered = Listen(sample_rate), Listen(sample_rate, BUFFER_S)
         first_piece: list[str] = []
 
         async def receive() -> None:
             while True:
                 message = await ws.recv()
                 if isinstance(message, bytes):
-                    listen.audio(len(message), time.perf_counter())
+                    now = time.perf_counter()
+                    listen.audio(len(message), now)
+                    buffered.audio(len(message), now)
                     continue
                 event = json.loads(message)
                 if event["type"] == "piece.started" and not first_piece:
@@ -105,24 +111,26 @@ async def streamed(url: str, model: str, sample_rate: int, tokens: list[str], ra
     before_audio = sum(1 for t in sent if t <= listen.first)
     return {"first_audio_s": listen.first - t0, "tokens_before_audio": before_audio,
             "first_piece_tokens": len(TOKEN.findall(first_piece[0])) if first_piece else 0,
-            "underruns": listen.underruns, "waited_s": listen.waited_s, "after_last_token_s": listen.last - sent[-1],
-            "audio_s": listen.received / 2 / sample_rate}
+            "underruns": listen.underruns, "waited_s": listen.waited_s, "buffered_underruns": buffered.underruns,
+            "after_last_token_s": listen.last - sent[-1], "audio_s": listen.received / 2 / sample_rate}
 
 
 async def whole(url: str, model: str, sample_rate: int, tokens: list[str], rate: float, seed: int) -> dict:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         t0 = time.perf_counter()
         sent = await llm(tokens, rate, lambda t: asyncio.sleep(0), t0)
-        listen = Listen(sample_rate)
+        listen, buffered = Listen(sample_rate), Listen(sample_rate, BUFFER_S)
         body = {"model": model, "input": "".join(tokens), "seed": seed, "response_format": "pcm"}
         async with client.stream("POST", "/v1/audio/speech", json=body) as r:
             if r.status_code != 200:
                 raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
             async for chunk in r.aiter_raw():
-                listen.audio(len(chunk), time.perf_counter())
+                now = time.perf_counter()
+                listen.audio(len(chunk), now)
+                buffered.audio(len(chunk), now)
     return {"first_audio_s": listen.first - t0, "tokens_before_audio": len(tokens), "first_piece_tokens": len(tokens),
-            "underruns": listen.underruns, "waited_s": listen.waited_s, "after_last_token_s": listen.last - sent[-1],
-            "audio_s": listen.received / 2 / sample_rate}
+            "underruns": listen.underruns, "waited_s": listen.waited_s, "buffered_underruns": buffered.underruns,
+            "after_last_token_s": listen.last - sent[-1], "audio_s": listen.received / 2 / sample_rate}
 
 
 def mean(rows: list[dict], key: str) -> float:
@@ -134,14 +142,16 @@ async def run(url: str, model: str, sample_rate: int, rates: list[float], repeat
     assert "".join(tokens) == ANSWER
     await streamed(url, model, sample_rate, tokens[:12], 100, seed=0)  # warm-up
     lines = [f"{len(tokens)} tokens, {len(ANSWER.split())} words; means over {repeats} runs (seeds 1..{repeats})", "",
-             "| tokens/s | mode | first audio | tokens sent by then (first piece) | underruns (waited) | "
-             "after last token | audio |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| tokens/s | mode | first audio | tokens sent by then (first piece) | underruns (waited), player from "
+             f"the first byte | underruns, {BUFFER_S * 1000:.0f} ms buffer | after last token | audio |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for rate in rates:
         for name, mode in (("streamed", streamed), ("whole text", whole)):
             rows = [await mode(url, model, sample_rate, tokens, rate, seed) for seed in range(1, repeats + 1)]
             lines.append(f"| {rate:g} | {name} | {mean(rows, 'first_audio_s'):.2f} s | "
                          f"{mean(rows, 'tokens_before_audio'):.0f} ({mean(rows, 'first_piece_tokens'):.0f}) | "
-                         f"{sum(r['underruns'] for r in rows) / len(rows):.1f} ({mean(rows, 'waited_s'):.2f} s) | "
+                         f"{mean(rows, 'underruns'):.1f} ({mean(rows, 'waited_s'):.2f} s) | "
+                         f"{mean(rows, 'buffered_underruns'):.1f} | "
                          f"{mean(rows, 'after_last_token_s'):.2f} s | {mean(rows, 'audio_s'):.1f} s |")
             print(lines[-1], flush=True)
     return lines

@@ -13,10 +13,13 @@ Stages are the runtime protocol's methods (``duet.tts.runtime``), so every famil
   duration predictor of an aligned model;
 - prefill: ``prefill`` (Gepard: the prompt through the KV cache; Luna: the grid and its layout);
 - steps: ``step`` (Gepard: one frame; Luna: one refinement pass; Realtime: one pass of a block), split into the
-  sampler's share (``duet.tts.sampling.sample_requests`` / ``duet.luna.decode.maskgit_step``) and the model's rest;
+  sampler's share (``duet.tts.sampling.sample_requests``; ``duet.luna.decode.guide`` + ``unmask_step``) and the
+  model's rest;
 - codec: the stream decoder's ``push`` / ``flush``;
-- HTTP: the API's wall time minus the in-process wall time of the same request (request parsing, the engine thread,
-  PCM encoding and the transfer; FastAPI's TestClient, so no socket).
+- HTTP: the API's wall time beside the in-process wall time of the same text (request parsing, the engine thread,
+  PCM encoding and the transfer; FastAPI's TestClient, so no socket). The engine also cuts audio into other chunks
+  than the Speaker does (growing chunks from one frame, against four frames), so the difference is the serving
+  path's cost as a whole, and can be negative.
 
 Calls of the text normaliser and of the tokenizer are counted: a count above the number of pieces means the text is
 prepared more than once per request. Profiling adds overhead to Python-heavy stages; the shares, not the absolute
@@ -45,7 +48,9 @@ STAGES = {  # stage -> (file suffix, function name) whose cumulative time counts
                     ("/tts/luna_realtime.py", "prompt_positions")],
     "prefill": [("/tts/gepard.py", "prefill"), ("/tts/luna.py", "prefill"), ("/tts/luna_realtime.py", "prefill")],
     "steps": [("/tts/gepard.py", "step"), ("/tts/luna.py", "step"), ("/tts/luna_realtime.py", "step")],
-    "of which sampling": [("/tts/sampling.py", "sample_requests"), ("/luna/decode.py", "maskgit_step")],
+    # the samplers: Gepard's per-request frame sampler; MaskGIT's CFG combination and unmasking (Luna and Realtime)
+    "of which sampling": [("/tts/sampling.py", "sample_requests"), ("/luna/decode.py", "guide"),
+                          ("/luna/decode.py", "unmask_step")],
     "codec": [("streaming.py", "push"), ("streaming.py", "flush"), ("fsq_codec.py", "push"),
               ("rvq_codec.py", "push"), ("fsq_codec.py", "flush"), ("rvq_codec.py", "flush")],
 }
@@ -116,7 +121,7 @@ def profile_model(name: str, text: str) -> list[str]:
     shown["other (speaker loop, gaps, profiler)"] = max(0.0, total - sum(shown.values()))
     for stage, t in shown.items():
         rows.append(f"| {stage} | {t * 1000:.1f} | {t / total:.0%} |")
-    rows.append(f"| HTTP (API wall - in-process wall, unprofiled) | {(http - plain) * 1000:.1f} | |")
+    rows.append(f"| serving path (API wall - in-process wall, unprofiled) | {(http - plain) * 1000:.1f} | |")
     rows += ["", ", ".join(f"{k}: {v}" for k, v in counts.items()) + " (profiled request, one piece)", ""]
     return rows
 

@@ -176,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.close()
     command = shlex.join(["python", "benchmarks/input_streaming_bench.py", *(argv or sys.argv[1:])])
-    table = "\n".join([f"`{command}`", "", *lines])
-    print(table)
-    if args.out:
-        Path(args.out).write_text(table + "\n", encoding="utf-8")
+    table = "\n".join([f"`{command}`", "", *lines]) + "\n"
+    if args.out:  # the file and the terminal get the same table
+        Path(args.out).write_text(table, encoding="utf-8")
+    sys.stdout.write(table)
     return 0
 
 

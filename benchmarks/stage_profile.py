@@ -21,6 +21,11 @@ Stages are the runtime protocol's methods (``duet.tts.runtime``), so every famil
   than the Speaker does (growing chunks from one frame, against four frames), so the difference is the serving
   path's cost as a whole, and can be negative.
 
+Then each family's decode step against its roofline (``roofline_rows``): Gepard's batch-1 frame step is memory-bound,
+so its floor is the weights it reads (all but the text embedding) over the measured copy bandwidth; a Luna
+refinement pass and a Realtime block pass are compute-bound, so theirs is the step's FLOPs (counted by torch's
+``FlopCounterMode``) over a measured float32 matmul peak.
+
 Calls of the text normaliser and of the tokenizer are counted: a count above the number of pieces means the text is
 prepared more than once per request. Profiling adds overhead to Python-heavy stages; the shares, not the absolute
 milliseconds, are the point.
@@ -32,11 +37,14 @@ import argparse
 import cProfile
 import pstats
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+from serve_bench import copy_bandwidth, step_weight_bytes  # the roofline's bandwidth and weight bytes
+from torch.utils.flop_counter import FlopCounterMode
 
 TEXT = "The museum opens at nine in the morning and closes at six."
 WARM_UP = "Hello there, how are you today?"
@@ -126,6 +134,75 @@ def profile_model(name: str, text: str) -> list[str]:
     return rows
 
 
+def matmul_peak(threads_note: str, n: int = 512, repeats: int = 20) -> float:
+    """FLOP/s of a float32 (n x n) @ (n x 4n) matmul, the shape of a transformer's MLP at width n: the compute roof
+    this process can reach with its torch threads (median of ``repeats`` after two warm-ups)."""
+    a, b = torch.randn(n, n), torch.randn(n, 4 * n)
+    times = []
+    for i in range(repeats + 2):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return 2 * n * n * 4 * n / statistics.median(times)
+
+
+def step_costs(speaker, text: str) -> tuple[float, float, int]:
+    """(median wall seconds of one ``runtime.step`` call, its FLOPs, calls) over one request of ``text``; the FLOPs
+    are counted (``FlopCounterMode``) on the second call, whose time is left out."""
+    runtime = speaker.runtime
+    step = runtime.step
+    times: list[float] = []
+    flops: list[int] = []
+
+    def timed(states):
+        if len(times) == 1 and not flops:
+            with FlopCounterMode(display=False) as counter:
+                out = step(states)
+            flops.append(counter.get_total_flops())
+            return out
+        t0 = time.perf_counter()
+        out = step(states)
+        times.append(time.perf_counter() - t0)
+        return out
+
+    runtime.step = timed  # an instance attribute: the Speaker calls runtime.step
+    try:
+        list(speaker.chunks(text, seed=0))
+    finally:
+        del runtime.step
+    return statistics.median(times), float(flops[0] if flops else 0), len(times) + len(flops)
+
+
+def roofline_rows(names: list[str], text: str) -> list[str]:
+    """Each family's step against its roofline: Gepard's batch-1 step is memory-bound (every weight read once per
+    frame), so its floor is weight bytes over copy bandwidth; a Luna refinement pass (the whole grid, two CFG rows)
+    and a Realtime block pass are compute-bound, so theirs is counted FLOPs over the matmul peak."""
+    import duet
+
+    bandwidth = copy_bandwidth(torch.device("cpu"), 256, 8)
+    peak = matmul_peak(str(torch.get_num_threads()))
+    rows = ["### Decode step against its roofline", "",
+            f"Copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write), float32 matmul peak {peak / 1e9:.1f} GFLOP/s, "
+            f"{torch.get_num_threads()} torch thread(s).", "",
+            "| model | step | calls | median step | FLOPs / step | weight MB read | floor | measured / floor |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in names:
+        speaker = duet.load(name)
+        list(speaker.chunks(WARM_UP, seed=0))
+        median, flops, calls = step_costs(speaker, text)
+        model = speaker.runtime.model
+        if hasattr(model, "embed_tokens"):  # Gepard: memory-bound
+            _, nbytes = step_weight_bytes(model)
+            floor, what, kind = nbytes / bandwidth, f"{nbytes / 1e6:.1f}", "one frame (batch 1)"
+        else:
+            block = "Realtime" in type(speaker.runtime).__name__
+            floor, what, kind = flops / peak, "", "one refinement pass" + (" of a block" if block else " (whole grid)")
+        rows.append(f"| {name} | {kind} | {calls} | {median * 1000:.2f} ms | {flops / 1e6:.1f} M | {what} | "
+                    f"{floor * 1000:.3f} ms | {median / floor:.1f}x |")
+    return rows + [""]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", action="append", default=None)
@@ -140,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in models:
         lines += profile_model(name, args.text)
         print("\n".join(lines[-12:]), flush=True)
+    lines += roofline_rows(models, args.text)
+    print("\n".join(lines[-len(models) - 6:]), flush=True)
     table = "\n".join(lines)
     if args.out:
         Path(args.out).write_text(table + "\n", encoding="utf-8")

@@ -104,13 +104,15 @@ class TextSegmenter:
             end, after = min(cuts)
             if len(" ".join(text[lead:end].split())) <= limit:
                 return self._take(after)
-        # No mark within the bound: cut between words once a whole word lies past it.
-        gaps = [m for m in _WORD_GAP.finditer(text, lead) if m.start() > lead]
-        past = [m for m in gaps if len(" ".join(text[lead:m.start()].split())) > limit]
-        if not past:
-            return None
-        inside = [m for m in gaps if m.start() < past[0].start()]
-        return self._take((inside[-1] if inside else past[0]).end())
+        # No mark within the bound: cut between words once a whole word lies past it. The piece's length with its
+        # whitespace collapsed is kept as the gaps go by, so a long text costs one pass, not one join per gap.
+        collapsed_away, inside = 0, None
+        for gap in _WORD_GAP.finditer(text, lead):
+            if gap.start() - lead - collapsed_away > limit:
+                return self._take((inside or gap).end())
+            inside = gap
+            collapsed_away += len(gap.group()) - 1
+        return None
 
     def _take(self, end: int) -> str:
         piece, self._held = " ".join(self._held[:end].split()), self._held[end:]

@@ -21,7 +21,7 @@ def ends_sentence(before: str) -> bool:
     """Whether punctuation that closes ``before`` (followed by whitespace) ends a sentence: "Dr. Smith",
     "J. R. R. Tolkien", "5 p.m. today" are not ends. Looks at ``before`` only, never at what follows."""
     before = before.rstrip("\"')]")
-    words = before.split()
+    words = before.rsplit(None, 1)  # the last word is all it reads: no pass over the whole text
     last_word = words[-1].rstrip(".").lower() if words else ""
     return not (before.endswith(".") and (last_word in _ABBREVIATIONS or len(last_word) == 1 or "." in last_word))
 

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from duet.limits import invalid_unicode
 from duet.serve import audio_io
 from duet.serve.adapter import SynthesisRequest
 from duet.serve.engine import Engine, RequestHandle
@@ -57,6 +58,7 @@ from duet.serve.schemas import (
     audio_delta,
     audio_done,
     error_body,
+    first_error,
     sse,
 )
 from duet.serve.text_stream import add_text_stream
@@ -376,9 +378,8 @@ async def _parse_speech(request: Request, config: ServeConfig) -> tuple[SpeechRe
     try:
         req = SpeechRequest.model_validate(fields, strict=not is_form)
     except ValidationError as err:
-        first = err.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise ApiError(400, f"{param}: {first['msg']}", param=param, code="invalid_value") from err
+        param, message = first_error(err)
+        raise ApiError(400, message, param=param, code="invalid_value") from err
     return req, upload
 
 
@@ -397,12 +398,9 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
     if not req.input.strip():
         raise ApiError(400, "input is empty", param="input")
     for name in ("input", "instructions"):
-        text = getattr(req, name)
-        try:
-            (text or "").encode("utf-8")
-        except UnicodeEncodeError as err:  # a lone surrogate: JSON allows it, no text tool downstream does
-            raise ApiError(400, f"{name} is not valid Unicode (a lone surrogate at character {err.start})",
-                           param=name, code="invalid_value") from err
+        problem = invalid_unicode(getattr(req, name) or "", name)
+        if problem:
+            raise ApiError(400, problem, param=name, code="invalid_value")
     if len(req.input) > config.max_input_chars:
         raise ApiError(400, f"input has {len(req.input)} characters; the limit is {config.max_input_chars}",
                        param="input", code="string_above_max_length")

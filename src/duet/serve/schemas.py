@@ -64,7 +64,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from duet.errors import DuetError
 from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT
@@ -151,6 +151,13 @@ class SpeechRequest(BaseModel):
     @property
     def voice_name(self) -> str | None:
         return self.voice.id if isinstance(self.voice, VoiceId) else self.voice
+
+
+def first_error(err: ValidationError) -> tuple[str | None, str]:
+    """The first problem pydantic found in a request: (the field's dotted path or None, "path: message")."""
+    first = err.errors()[0]
+    param = ".".join(str(p) for p in first["loc"]) or None
+    return param, f"{param}: {first['msg']}"
 
 
 def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,

@@ -42,14 +42,15 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 from fastapi import FastAPI, WebSocket
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.websockets import WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from duet.limits import SEED_LIMIT
+from duet.limits import SEED_LIMIT, invalid_unicode
 from duet.serve import audio_io
 from duet.serve.engine import Engine, RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
-from duet.serve.schemas import SpeechRequest, TextStreamConfig
+from duet.serve.schemas import SpeechRequest, TextStreamConfig, first_error
 from duet.text.segmenter import TextSegmenter
 
 log = logging.getLogger("duet.serve")
@@ -119,10 +120,9 @@ class _Session:
             delta = msg.get("delta")
             if not isinstance(delta, str):
                 raise ValueError('"text.delta" needs a string "delta"')
-            try:
-                delta.encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise ValueError(f"delta is not valid Unicode (a lone surrogate at character {err.start})") from None
+            problem = invalid_unicode(delta, "delta")
+            if problem:
+                raise ValueError(problem)
             self.chars += len(delta)
             if self.chars > self.config.max_session_chars:
                 raise SessionError(f"the session's text passed {self.config.max_session_chars} characters",
@@ -222,11 +222,8 @@ async def _read_start(ws: WebSocket, config: TextStreamConfig) -> SpeechRequest:
     try:
         # the text is checked piece by piece; "-" only satisfies the schema's required field
         return SpeechRequest.model_validate({**fields, "input": "-", "response_format": "pcm"})
-    except Exception as err:  # pydantic's ValidationError: name the first problem
-        errors = getattr(err, "errors", lambda: [])()
-        first = errors[0] if errors else {"loc": (), "msg": str(err)}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise SessionError(f"session.start: {where}: {first.get('msg')}", "invalid_message") from None
+    except ValidationError as err:
+        raise SessionError(f"session.start: {first_error(err)[1]}", "invalid_message") from None
 
 
 async def run_session(ws: WebSocket, engine: Engine, config: TextStreamConfig,
@@ -307,8 +304,6 @@ async def run_session(ws: WebSocket, engine: Engine, config: TextStreamConfig,
 
 
 def _gone(ws: WebSocket) -> bool:
-    from starlette.websockets import WebSocketState
-
     return ws.client_state != WebSocketState.CONNECTED or ws.application_state != WebSocketState.CONNECTED
 
 

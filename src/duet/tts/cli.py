@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from duet.errors import DuetError
-from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT
+from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT, invalid_unicode
 from duet.shipped import DEFAULT_MODEL
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
@@ -158,10 +158,9 @@ def run_speak(args: argparse.Namespace) -> int:
         raise DuetError("the text is empty")
     if len(text) > args.max_chars:
         raise DuetError(f"the text has {len(text)} characters; the limit is {args.max_chars} (--max-chars)")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise DuetError(f"the text is not valid Unicode (a lone surrogate at character {err.start})") from err
+    problem = invalid_unicode(text, "the text")
+    if problem:
+        raise DuetError(problem)
     out = Path(args.output)
     fmt = check_output(out)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)

@@ -59,8 +59,7 @@ STAGES = {  # stage -> (file suffix, function name) whose cumulative time counts
     # the samplers: Gepard's per-request frame sampler; MaskGIT's CFG combination and unmasking (Luna and Realtime)
     "of which sampling": [("/tts/sampling.py", "sample_requests"), ("/luna/decode.py", "guide"),
                           ("/luna/decode.py", "unmask_step")],
-    "codec": [("streaming.py", "push"), ("streaming.py", "flush"), ("fsq_codec.py", "push"),
-              ("rvq_codec.py", "push"), ("fsq_codec.py", "flush"), ("rvq_codec.py", "flush")],
+    "codec": [("streaming.py", "push"), ("streaming.py", "flush")],  # every duet codec streams through it
 }
 COUNTED = {"normalize_text calls": ("normalize.py", "normalize_text"),
            "tokenizer encode calls": ("", "encode")}
@@ -134,7 +133,7 @@ def profile_model(name: str, text: str) -> list[str]:
     return rows
 
 
-def matmul_peak(threads_note: str, n: int = 512, repeats: int = 20) -> float:
+def matmul_peak(n: int = 512, repeats: int = 20) -> float:
     """FLOP/s of a float32 (n x n) @ (n x 4n) matmul, the shape of a transformer's MLP at width n: the compute roof
     this process can reach with its torch threads (median of ``repeats`` after two warm-ups)."""
     a, b = torch.randn(n, n), torch.randn(n, 4 * n)
@@ -181,7 +180,7 @@ def roofline_rows(names: list[str], text: str) -> list[str]:
     import duet
 
     bandwidth = copy_bandwidth(torch.device("cpu"), 256, 8)
-    peak = matmul_peak(str(torch.get_num_threads()))
+    peak = matmul_peak()
     rows = ["### Decode step against its roofline", "",
             f"Copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write), float32 matmul peak {peak / 1e9:.1f} GFLOP/s, "
             f"{torch.get_num_threads()} torch thread(s).", "",

@@ -1,18 +1,22 @@
-"""push_many: many streams of one codec decoded with shared calls give each stream its own push's audio."""
+"""push_many: many streams of one codec decoded with shared calls give each stream its own push's audio (codecs
+that re-decode context and a causal decoder that carries its state)."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from duet.codecs.registry import build
-from duet.codecs.streaming import ContextStreamDecoder, push_many
+from duet.codecs.streaming import ContextStreamDecoder, StatefulStreamDecoder, push_many
 from duet.train.codec_config import preset
 
 
-@pytest.fixture(scope="module", params=["fsq-tiny", "rvq-tiny"])
+@pytest.fixture(scope="module", params=["fsq-tiny", "rvq-tiny", "fsq-tiny-causal"])
 def codec(request):
     torch.manual_seed(0)
-    cfg = preset(request.param)
-    return build(cfg.kind, cfg.model).eval()
+    cfg = preset(request.param.removesuffix("-causal"))
+    model = replace(cfg.model, causal_decoder=True) if request.param.endswith("-causal") else cfg.model
+    return build(cfg.kind, model).eval()
 
 
 def _codes(codec, frames: int, seed: int) -> torch.Tensor:
@@ -20,7 +24,18 @@ def _codes(codec, frames: int, seed: int) -> torch.Tensor:
     return torch.stack([torch.randint(0, n, (1, frames), generator=g) for n in codec.codebook_sizes], dim=1)
 
 
-def _counting(dec: ContextStreamDecoder, calls: list[int]) -> ContextStreamDecoder:
+def _counting(dec, calls: list[int]):
+    """Counts the batch size of each decode call a stream decoder makes."""
+    if isinstance(dec, StatefulStreamDecoder):
+        inner_chunk = dec.decode_chunk
+
+        def chunk(codes, state):
+            calls.append(codes.shape[0])
+            return inner_chunk(codes, state)
+
+        dec.decode_chunk = chunk
+        return dec
+    assert isinstance(dec, ContextStreamDecoder)
     inner = dec.decode_window
 
     def window(codes):

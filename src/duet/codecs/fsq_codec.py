@@ -15,6 +15,12 @@ The network differs from NanoCodec's (a HiFi-GAN-style waveform decoder, far too
 which is the probe of DESIGN §D scaled up. Both halves are non-causal with a finite receptive field; chunked
 decoding (``stream_decoder``) re-decodes each chunk with ``decoder_context`` frames on both sides and equals the
 full decode up to float rounding (``duet.codecs.streaming``). Its latency is ``decoder_context[1]`` frames.
+
+``causal_decoder`` makes every decoder conv causal and the iSTFT head's windows start at their frame (the same
+weights' shapes, so it is fine-tuned from a non-causal duet-fsq with the encoder and quantiser frozen: the codes
+stay valid). The audio of frame t then depends on no later frame, and streaming carries each conv's last inputs
+and the head's overlap-add tail from chunk to chunk (``stream``) instead of re-decoding context: a chunk of n
+frames costs n frames and gives n frames of audio at once.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class FSQCodecConfig:
     mlp_ratio: int = 3
     kernel_size: int = 7
     fsq: FSQConfig = field(default_factory=FSQConfig)
+    causal_decoder: bool = False  # decoder sees no later frame; streams with carried state
 
     @property
     def sub_frames(self) -> int:
@@ -86,21 +93,62 @@ class FSQEncoder(nn.Module):
         return self.to_latent(h)  # (B, C, T)
 
 
+@dataclass
+class DecoderState:
+    """What a causal decoder carries between chunks of one batch of streams (zeros before the first chunk)."""
+
+    conv_in: torch.Tensor  # (B, C, k - 1) last dequantised frames
+    frames: list[torch.Tensor]  # per frame-rate block: (B, D, k - 1)
+    sub: list[torch.Tensor]  # per sub-frame block: (B, D_sub, k - 1)
+    tail: torch.Tensor  # (B, N - hop) overlap-add partial sums
+
+    @staticmethod
+    def cat(states: list["DecoderState"]) -> "DecoderState":
+        """Many streams' states as one batch (rows in order)."""
+        return DecoderState(torch.cat([s.conv_in for s in states]),
+                            [torch.cat(parts) for parts in zip(*(s.frames for s in states))],
+                            [torch.cat(parts) for parts in zip(*(s.sub for s in states))],
+                            torch.cat([s.tail for s in states]))
+
+    def split(self, sizes: list[int]) -> list["DecoderState"]:
+        """The inverse of :meth:`cat`: one state per group of ``sizes`` rows."""
+        pieces = [self.conv_in.split(sizes), [p.split(sizes) for p in self.frames],
+                  [p.split(sizes) for p in self.sub], self.tail.split(sizes)]
+        return [DecoderState(pieces[0][i], [p[i] for p in pieces[1]], [p[i] for p in pieces[2]], pieces[3][i])
+                for i in range(len(sizes))]
+
+
 class FSQDecoder(nn.Module):
     def __init__(self, cfg: FSQCodecConfig):
         super().__init__()
         self.cfg = cfg
-        self.conv_in = PaddedConv1d(cfg.fsq.num_channels, cfg.dec_dim, cfg.kernel_size)
-        self.frames = ConvNeXtStack(cfg.dec_dim, cfg.dec_blocks, cfg.mlp_ratio, cfg.kernel_size)
+        causal = cfg.causal_decoder
+        self.conv_in = PaddedConv1d(cfg.fsq.num_channels, cfg.dec_dim, cfg.kernel_size, causal=causal)
+        self.frames = ConvNeXtStack(cfg.dec_dim, cfg.dec_blocks, cfg.mlp_ratio, cfg.kernel_size, causal=causal)
         self.up = nn.Conv1d(cfg.dec_dim, cfg.dec_sub_dim * cfg.sub_frames, 1)
-        self.sub = ConvNeXtStack(cfg.dec_sub_dim, cfg.dec_sub_blocks, cfg.mlp_ratio, cfg.kernel_size)
-        self.head = ISTFTHead(cfg.dec_sub_dim, cfg.n_fft, cfg.hop, layout="same")
+        self.sub = ConvNeXtStack(cfg.dec_sub_dim, cfg.dec_sub_blocks, cfg.mlp_ratio, cfg.kernel_size, causal=causal)
+        self.head = ISTFTHead(cfg.dec_sub_dim, cfg.n_fft, cfg.hop, layout="causal" if causal else "same")
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """dequantised (B, C, T) -> audio (B, T * samples_per_frame)."""
         h = self.frames(self.conv_in(z))  # (B, D, T)
         h = self.sub(depth_to_space(self.up(h), self.cfg.sub_frames))  # (B, D_sub, F)
         return self.head(h)
+
+    def initial_state(self, batch: int) -> DecoderState:
+        if not self.cfg.causal_decoder:
+            raise ValueError("only a causal decoder carries a streaming state")
+        return DecoderState(self.conv_in.initial_past(batch), self.frames.initial_pasts(batch),
+                            self.sub.initial_pasts(batch), self.head.initial_tail(batch))
+
+    def stream(self, z: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+        """Causal decoders only: chunk (B, C, t) -> (its audio (B, t * samples_per_frame), next state); the
+        chunks' audio joined equals ``forward`` of the whole sequence."""
+        h, conv_in = self.conv_in.stream(z, state.conv_in)
+        h, frames = self.frames.stream(h, state.frames)  # (B, D, t)
+        h, sub = self.sub.stream(depth_to_space(self.up(h), self.cfg.sub_frames), state.sub)  # (B, D_sub, 4t)
+        audio, tail = self.head.stream(h, state.tail)
+        return audio, DecoderState(conv_in, frames, sub, tail)
 
     @property
     def context(self) -> tuple[int, int]:
@@ -132,6 +180,10 @@ class FSQCodec(TrainedCodec):
     @property
     def decoder_context(self) -> tuple[int, int]:
         return self.decoder.context
+
+    @property
+    def carries_decoder_state(self) -> bool:
+        return self.cfg.causal_decoder
 
     def check_codes(self, codes: torch.Tensor) -> torch.Tensor:
         return check_codes(codes, self.codebook_sizes)

@@ -10,7 +10,10 @@ Shape legend: B batch, S audio samples, F STFT (sub-)frames, T codec frames, D w
 - ``CausalTransformer``: a few pre-norm blocks with causal attention, for the RVQ encoder's bottleneck.
 
 Every conv here pads explicitly with zeros, so a block's receptive field (``left``/``right`` context in frames)
-is exact; chunked decoding relies on that.
+is exact; chunked decoding relies on that. The causal blocks also run chunk by chunk with a carried state
+(``stream`` methods): a conv keeps its last k - 1 input frames (zeros before the first chunk, which is what the
+causal zero padding reads), the iSTFT head keeps the N - hop samples of overlap-add that later windows still add
+to. Chunks then give exactly the full forward's output, without re-reading any context.
 """
 
 from __future__ import annotations
@@ -113,10 +116,23 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(torch.full((dim,), layer_scale))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, D, T) -> (B, D, T)
-        h = self.dwconv(F.pad(x, (self.left, self.right)))
+        return self._pointwise(x, self.dwconv(F.pad(x, (self.left, self.right))))
+
+    def _pointwise(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Everything after the depthwise conv: x, h (B, D, T) -> (B, D, T)."""
         h = h.transpose(1, 2)  # (B, T, D)
         h = self.pw2(F.gelu(self.pw1(self.norm(h))))
         return x + (self.gamma * h).transpose(1, 2)
+
+    def stream(self, x: torch.Tensor, past: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal blocks only: chunk x (B, D, t), past (B, D, k - 1) -> (output (B, D, t), next past)."""
+        if self.right:
+            raise ValueError("only a causal ConvNeXt block runs chunk by chunk")
+        window = torch.cat([past, x], dim=-1)  # (B, D, k - 1 + t)
+        return self._pointwise(x, self.dwconv(window)), window[..., window.shape[-1] - self.left :]
+
+    def initial_past(self, batch: int) -> torch.Tensor:
+        return self.dwconv.weight.new_zeros(batch, self.dwconv.in_channels, self.left)
 
 
 class ConvNeXtStack(nn.Module):
@@ -136,6 +152,17 @@ class ConvNeXtStack(nn.Module):
             x = block(x)
         return self.norm(x)
 
+    def stream(self, x: torch.Tensor, pasts: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Causal stacks only: chunk x (B, D, t) and one past per block -> (output, next pasts)."""
+        nexts = []
+        for block, past in zip(self.blocks, pasts, strict=True):
+            x, past = block.stream(x, past)
+            nexts.append(past)
+        return self.norm(x), nexts
+
+    def initial_pasts(self, batch: int) -> list[torch.Tensor]:
+        return [block.initial_past(batch) for block in self.blocks]
+
 
 class PaddedConv1d(nn.Conv1d):
     """Conv1d with explicit zero padding: centred, or causal (all k-1 frames on the left)."""
@@ -147,6 +174,16 @@ class PaddedConv1d(nn.Conv1d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(F.pad(x, (self.left, self.right)))
+
+    def stream(self, x: torch.Tensor, past: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal convs only: chunk x (B, C_in, t), past (B, C_in, k - 1) -> (output (B, C_out, t), next past)."""
+        if self.right:
+            raise ValueError("only a causal conv runs chunk by chunk")
+        window = torch.cat([past, x], dim=-1)
+        return super().forward(window), window[..., window.shape[-1] - self.left :]
+
+    def initial_past(self, batch: int) -> torch.Tensor:
+        return self.weight.new_zeros(batch, self.in_channels, self.left)
 
 
 def space_to_depth(x: torch.Tensor, factor: int) -> torch.Tensor:
@@ -206,8 +243,30 @@ class ISTFTHead(nn.Module):
         return torch.polar(mag, phase)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        frames = torch.fft.irfft(self.spectrum(x), n=self.n_fft, dim=-1) * self.window  # (B, F, N)
-        return overlap_add(frames, self.hop, self.offset, x.shape[-1] * self.hop) / self.envelope
+        return overlap_add(self._frames(x), self.hop, self.offset, x.shape[-1] * self.hop) / self.envelope
+
+    def _frames(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, D, F) -> windowed synthesis frames (B, F, N)."""
+        return torch.fft.irfft(self.spectrum(x), n=self.n_fft, dim=-1) * self.window
+
+    def stream(self, x: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal layout only: chunk x (B, D, f), tail (B, N - hop) -> (audio (B, f * hop), next tail).
+
+        After frames [0, F) every sample before F * hop is final (a later window starts at or after it); the
+        N - hop samples beyond it hold the partial sums that the next chunk's windows complete."""
+        if self.layout != "causal":
+            raise ValueError("only the causal iSTFT layout runs chunk by chunk")
+        frames = self._frames(x)  # (B, f, N)
+        f = frames.shape[1]
+        total = (f - 1) * self.hop + self.n_fft
+        y = F.fold(frames.transpose(1, 2), output_size=(1, total), kernel_size=(1, self.n_fft),
+                   stride=(1, self.hop)).reshape(x.shape[0], total)  # (B, (f - 1) * hop + N)
+        y = torch.cat([y[:, : tail.shape[-1]] + tail, y[:, tail.shape[-1] :]], dim=-1)
+        done = f * self.hop
+        return y[:, :done] / self.envelope, y[:, done:]
+
+    def initial_tail(self, batch: int) -> torch.Tensor:
+        return self.proj.weight.new_zeros(batch, self.n_fft - self.hop)
 
     @property
     def frames_left(self) -> int:

@@ -24,7 +24,8 @@ from torch import nn
 from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 
-KNOWN = ("duet-fsq", "duet-rvq")
+KNOWN = ("duet-fsq", "duet-rvq")  # codec types (config.json "type")
+SHIPPED = KNOWN + ("duet-fsq-causal",)  # names under checkpoints/: duet-fsq-causal is a duet-fsq (causal decoder)
 FORMAT_VERSION = 1
 
 
@@ -62,13 +63,13 @@ def resolve(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.is_dir():
         return path
-    if str(name_or_path) in KNOWN:
+    if str(name_or_path) in SHIPPED:
         shipped = checkpoints_root() / str(name_or_path)
         if (shipped / "config.json").is_file():
             return shipped
         raise DuetError(f"codec {name_or_path!r} is not in {shipped}: export a trained checkpoint there "
                         f"(duet train export RUN_DIR --out {shipped})")
-    raise DuetError(f"no codec named {str(name_or_path)!r}: use one of {', '.join(KNOWN)} or a directory "
+    raise DuetError(f"no codec named {str(name_or_path)!r}: use one of {', '.join(SHIPPED)} or a directory "
                     "holding config.json and model.safetensors")
 
 

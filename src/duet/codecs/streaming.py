@@ -1,4 +1,4 @@
-"""Chunked decoding for decoders with a finite receptive field, exact by construction.
+"""Chunked decoding, exact by construction: by re-decoding context, or by carrying a causal decoder's state.
 
 Shape legend: B batch, K code streams, T frames, S samples.
 
@@ -9,6 +9,9 @@ ends) gives, for a window of frames [a, b), exactly the full decode's samples of
 synchronous), re-decoding it with ``left`` frames of history. The overlap-add of an iSTFT head is covered
 because its reach is part of the receptive field. Results equal the full decode up to float rounding (different
 window lengths may pick different conv kernels); there is no cross-fade region.
+
+``StatefulStreamDecoder`` is for a causal decoder that runs chunk by chunk with a carried state (duet-fsq with
+``causal_decoder``): each pushed chunk is decoded once, without context, and all of its audio is final at once.
 
 :func:`push_many` pushes to many streams of one codec at once (a serving engine's step): the windows of equal
 length go through ``decode_window`` as one batch (one call's overhead instead of many: what matters on a GPU; on a
@@ -21,7 +24,7 @@ stream that ends) would have returned.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -83,6 +86,65 @@ class ContextStreamDecoder:
         return out
 
 
+class ChunkState(Protocol):
+    """A causal decoder's carried state for B streams; many streams' states batch together."""
+
+    @staticmethod
+    def cat(states: list[Any]) -> Any: ...
+
+    def split(self, sizes: list[int]) -> list[Any]: ...
+
+
+class StatefulStreamDecoder:
+    """Implements ``duet.codecs.base.StreamDecoder`` for a causal ``decode_chunk(codes (B,K,t), state) -> (audio
+    (B, t*spf), next state)`` whose joined chunks equal the full decode; ``initial_state(B)`` starts a stream."""
+
+    def __init__(self, decode_chunk: Callable[[torch.Tensor, Any], tuple[torch.Tensor, ChunkState]],
+                 initial_state: Callable[[int], ChunkState], samples_per_frame: int,
+                 check: Callable[[torch.Tensor], torch.Tensor] | None = None, batch_key: Hashable | None = None):
+        self.decode_chunk, self.initial_state = decode_chunk, initial_state
+        self.spf, self.check, self.batch_key = samples_per_frame, check, batch_key
+        self.left, self.right = 0, 0  # no context is re-decoded, none is waited for
+        self._state: ChunkState | None = None
+        self._batch = 1
+
+    def _prepare(self, codes: torch.Tensor) -> torch.Tensor | None:
+        """Checked codes (B, K, t), or None when the chunk is empty; starts the state on a stream's first codes."""
+        if not codes.shape[-1]:
+            return None
+        codes = self.check(codes) if self.check is not None else codes
+        if self._state is None:
+            self._state, self._batch = self.initial_state(codes.shape[0]), codes.shape[0]
+        return codes
+
+    def _nothing(self) -> torch.Tensor:
+        return torch.zeros(self._batch, 0)
+
+    def push(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, K, t) -> their audio (B, t * spf), final at once."""
+        codes = self._prepare(codes)
+        if codes is None:
+            return self._nothing()
+        audio, self._state = self.decode_chunk(codes, self._state)
+        return audio
+
+    def flush(self) -> torch.Tensor:
+        """Nothing is held back; ends the stream (the next push starts a new one)."""
+        out = self._nothing()
+        self._state, self._batch = None, 1
+        return out
+
+
+def _push_stateful(streams: list[tuple[int, StatefulStreamDecoder, torch.Tensor]],
+                   out: list[torch.Tensor | None]) -> None:
+    """One ``decode_chunk`` call for streams of one codec whose chunks have one shape; states batched."""
+    states = [dec._state for _, dec, _ in streams]
+    audio, state = streams[0][1].decode_chunk(torch.cat([c for _, _, c in streams]), type(states[0]).cat(states))
+    sizes = [c.shape[0] for _, _, c in streams]
+    for (i, dec, _), piece, part in zip(streams, audio.split(sizes), state.split(sizes)):
+        dec._state, out[i] = part, piece
+
+
 def push_many(decoders: Sequence, codes: Sequence[torch.Tensor],
               final: Sequence[bool] | None = None) -> list[torch.Tensor]:
     """``[d.push(c) for d, c in zip(decoders, codes)]``, where ``final[i]`` makes stream i's entry
@@ -94,7 +156,15 @@ def push_many(decoders: Sequence, codes: Sequence[torch.Tensor],
         raise ValueError(f"{len(decoders)} decoders, {len(codes)} code chunks and {len(final)} final flags")
     out: list[torch.Tensor | None] = [None] * len(decoders)
     groups: dict[tuple, list[tuple[int, int]]] = {}  # (key, window shape) -> [(stream index, frames to emit)]
+    stateful: dict[tuple, list[tuple[int, StatefulStreamDecoder, torch.Tensor]]] = {}  # (key, chunk shape) -> ...
     for i, (dec, chunk, end) in enumerate(zip(decoders, codes, final)):
+        if isinstance(dec, StatefulStreamDecoder) and dec.batch_key is not None:
+            prepared = dec._prepare(chunk)
+            if prepared is None:
+                out[i] = dec._nothing()
+            else:
+                stateful.setdefault((dec.batch_key, tuple(prepared.shape[1:])), []).append((i, dec, prepared))
+            continue
         if not isinstance(dec, ContextStreamDecoder) or dec.batch_key is None:
             audio = dec.push(chunk)
             out[i] = torch.cat([audio, dec.flush()], dim=-1) if end else audio
@@ -118,4 +188,9 @@ def push_many(decoders: Sequence, codes: Sequence[torch.Tensor],
             row += b
             if final[i]:
                 dec._reset()
+    for streams in stateful.values():
+        _push_stateful(streams, out)
+    for i, dec in enumerate(decoders):
+        if final[i] and isinstance(dec, StatefulStreamDecoder) and dec.batch_key is not None:
+            dec.flush()
     return out  # type: ignore[return-value]

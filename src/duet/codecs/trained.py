@@ -16,7 +16,7 @@ from torch import nn
 
 from duet.codecs.base import DecodeResult, EncodeResult
 from duet.codecs.inputs import frame_lengths, prepare_audio
-from duet.codecs.streaming import ContextStreamDecoder
+from duet.codecs.streaming import ContextStreamDecoder, StatefulStreamDecoder
 
 
 class TrainedCodec(nn.Module):
@@ -68,8 +68,22 @@ class TrainedCodec(nn.Module):
             lengths = torch.full((codes.shape[0],), codes.shape[-1], dtype=torch.long)
         return DecodeResult(audio=audio, lengths=torch.as_tensor(lengths).long() * self.samples_per_frame)
 
-    def stream_decoder(self) -> ContextStreamDecoder:
-        """Chunked decoding equal to ``decode`` (a causal decoder is frame-synchronous: right context 0)."""
+    @property
+    def carries_decoder_state(self) -> bool:
+        """Whether the decoder streams chunk by chunk with a carried state (a causal decoder that supports it)."""
+        return False
+
+    def stream_decoder(self) -> ContextStreamDecoder | StatefulStreamDecoder:
+        """Chunked decoding equal to ``decode``: a decoder that carries its state decodes each chunk once; others
+        re-decode context (a causal one is frame-synchronous there too: right context 0)."""
+        if self.carries_decoder_state:
+            @torch.inference_mode()
+            def chunk(codes: torch.Tensor, state):
+                audio, state = self.decoder.stream(self.quantizer.decode(codes), state)
+                return audio.clamp(-1.0, 1.0), state
+
+            return StatefulStreamDecoder(chunk, self.decoder.initial_state, self.samples_per_frame,
+                                         check=self.check_codes, batch_key=id(self))
         left, right = self.decoder_context
 
         @torch.inference_mode()

@@ -99,6 +99,14 @@ def preset(name: str) -> CodecTrainConfig:
         # discriminator phase: FSQ codes (and gepard-tiny, trained on them) stay valid.
         return CodecTrainConfig(kind="duet-fsq", model=FSQCodecConfig(), decoder_only=True, lr=3e-4,
                                 warmup_steps=100, max_steps=4_000, disc_start_step=0)
+    if name == "fsq-causal-decoder":
+        from duet.codecs.fsq_codec import FSQCodecConfig
+
+        # The shipped duet-fsq's decoder made causal (--init-from duet-fsq: same weight shapes, the convolutions
+        # read only earlier frames) and fine-tuned alone, so streaming needs no look-ahead and no re-decoded
+        # context; the codes stay duet-fsq's. Exported as duet-fsq-causal.
+        return CodecTrainConfig(kind="duet-fsq", model=FSQCodecConfig(causal_decoder=True), decoder_only=True,
+                                lr=3e-4, warmup_steps=100, max_steps=4_000, disc_start_step=0)
     if name == "fsq-tiny":  # for tests: seconds per run
         from duet.codecs.fsq_codec import FSQCodecConfig
 
@@ -113,7 +121,8 @@ def preset(name: str) -> CodecTrainConfig:
                                enc_transformer_layers=1, enc_heads=2, dec_dim=32, dec_blocks=1, dec_sub_dim=16,
                                dec_sub_blocks=1, rvq=RVQConfig(dim=16, num_quantizers=4, codebook_size=64))
         return _tiny("duet-rvq", model)
-    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-decoder, fsq-decoder, fsq-tiny, "
+    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-decoder, fsq-decoder, "
+                    "fsq-causal-decoder, fsq-tiny, "
                     "rvq-tiny or a JSON file")
 
 

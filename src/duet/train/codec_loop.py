@@ -125,7 +125,7 @@ class CodecTrainer(StepRunner):
         """Warm start from a shipped codec (weights only, fp16 -> fp32; optimizers start fresh): how a run is
         continued on another machine, where only the exported checkpoint travels (it is what git keeps)."""
         shipped = registry.load(name_or_path)
-        if shipped.cfg != self.model.cfg:
+        if _weight_shapes(shipped) != _weight_shapes(self.model) or not _same_but_layout(shipped.cfg, self.model.cfg):
             raise DuetError(f"{name_or_path} has a different model config than this run's; cannot warm-start")
         self.model.load_state_dict(shipped.state_dict())
         if self.ema is not None:
@@ -293,3 +293,15 @@ def export_codec(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pat
             "best_val_mel": best if best is not None and math.isfinite(best) else None,
             "weights": "ema" if cfg.ema_decay else "live"}
     return registry.save_pretrained(model.eval(), out_dir, info=info)
+
+
+def _weight_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _same_but_layout(a: Any, b: Any) -> bool:
+    """Configs equal except for the decoder's causal layout (same weights, read as causal convolutions): how a
+    causal decoder is warm-started from a shipped non-causal codec."""
+    if hasattr(a, "causal_decoder") and hasattr(b, "causal_decoder"):
+        a = replace(a, causal_decoder=b.causal_decoder)
+    return a == b

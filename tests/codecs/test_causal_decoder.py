@@ -1,0 +1,109 @@
+"""duet-fsq with a causal decoder: no frame's audio depends on a later frame, streaming with a carried state
+equals the full decode for any chunking, and a causal run warm-starts from a non-causal codec's weights."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from duet.codecs.fsq_codec import DecoderState
+from duet.codecs.registry import build, save_pretrained
+from duet.codecs.streaming import StatefulStreamDecoder
+from duet.errors import DuetError
+from duet.train.audio_crops import AudioCrops
+from duet.train.codec_config import preset
+from duet.train.codec_loop import CodecTrainer
+
+
+def _causal(model_cfg):
+    return replace(model_cfg, causal_decoder=True)
+
+
+@pytest.fixture(scope="module")
+def codec():
+    torch.manual_seed(0)
+    return build("duet-fsq", _causal(preset("fsq-tiny").model)).eval()
+
+
+def _codes(codec, frames: int, seed: int, batch: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randint(0, n, (batch, frames), generator=g) for n in codec.codebook_sizes], dim=1)
+
+
+def test_no_frame_hears_a_later_frame(codec):
+    codes = _codes(codec, 20, 0)
+    spf = codec.samples_per_frame
+    assert codec.decoder_context[1] == 0
+    base = codec.decode(codes).audio
+    for t in (0, 7, 19):
+        changed = codes.clone()
+        changed[..., t:] = _codes(codec, 20 - t, 100 + t)
+        audio = codec.decode(changed).audio
+        torch.testing.assert_close(audio[:, : t * spf], base[:, : t * spf], atol=1e-6, rtol=0)
+        assert not torch.allclose(audio[:, t * spf :], base[:, t * spf :])  # the changed frames do sound
+
+
+def test_the_non_causal_layout_does_hear_later_frames():
+    """The test above is not vacuous: the same weights read centred hear a changed later frame."""
+    torch.manual_seed(0)
+    plain = build("duet-fsq", preset("fsq-tiny").model).eval()
+    codes = _codes(plain, 20, 0)
+    changed = codes.clone()
+    changed[..., 10:] = _codes(plain, 10, 5)
+    spf = plain.samples_per_frame
+    assert not torch.allclose(plain.decode(changed).audio[:, : 10 * spf], plain.decode(codes).audio[:, : 10 * spf])
+
+
+@pytest.mark.parametrize("sizes", [[1] * 23, [5, 1, 9, 0, 8], [23], [2, 3, 4, 5, 6, 3]])
+def test_streamed_chunks_join_to_the_full_decode(codec, sizes):
+    codes = _codes(codec, sum(sizes), 1, batch=2)
+    dec = codec.stream_decoder()
+    assert isinstance(dec, StatefulStreamDecoder)
+    pieces, at = [], 0
+    for n in sizes:
+        audio = dec.push(codes[..., at : at + n])
+        assert audio.shape == (2, n * codec.samples_per_frame)  # every pushed frame's audio is final at once
+        pieces.append(audio)
+        at += n
+    pieces.append(dec.flush())
+    torch.testing.assert_close(torch.cat(pieces, -1), codec.decode(codes).audio, atol=1e-5, rtol=0)
+    again = dec.push(codes[..., :4])  # a flushed decoder starts a new sequence
+    torch.testing.assert_close(again, codec.decode(codes[..., :4]).audio, atol=1e-5, rtol=0)
+
+
+def test_states_batch_and_split_back(codec):
+    states = [codec.decoder.initial_state(b) for b in (1, 2)]
+    for s, b in zip(states, (1, 2)):
+        s.tail.normal_()
+        for p in s.frames + s.sub:
+            p.normal_()
+    joined = DecoderState.cat(states)
+    assert joined.conv_in.shape[0] == 3 and joined.tail.shape[0] == 3
+    for before, after in zip(states, joined.split([1, 2])):
+        torch.testing.assert_close(after.tail, before.tail)
+        for x, y in zip(after.frames + after.sub, before.frames + before.sub):
+            torch.testing.assert_close(x, y)
+
+
+def test_a_non_causal_decoder_has_no_state():
+    plain = build("duet-fsq", preset("fsq-tiny").model)
+    assert not plain.carries_decoder_state
+    with pytest.raises(ValueError):
+        plain.decoder.initial_state(1)
+
+
+def test_causal_run_warm_starts_from_a_non_causal_codec(tmp_path):
+    torch.manual_seed(0)
+    cfg = preset("fsq-tiny")
+    shipped = build("duet-fsq", cfg.model)
+    save_pretrained(shipped, tmp_path / "plain", dtype=torch.float32)
+    crops = AudioCrops([np.zeros(cfg.crop_samples * 2, dtype=np.float32)], cfg.model.sample_rate)
+    causal_cfg = replace(cfg, model=_causal(cfg.model), decoder_only=True)
+    trainer = CodecTrainer(causal_cfg, crops)
+    trainer.init_from(tmp_path / "plain")
+    for key, value in shipped.state_dict().items():
+        torch.testing.assert_close(trainer.model.state_dict()[key], value)
+    other = replace(cfg, model=replace(cfg.model, dec_dim=48))
+    with pytest.raises(DuetError, match="different model config"):
+        CodecTrainer(other, crops).init_from(tmp_path / "plain")

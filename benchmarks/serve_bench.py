@@ -2,7 +2,8 @@
 and, on request, Gepard's decode step against the memory roofline, and a soak test of one server.
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py [--streams 1 4 16] [--frames 64]
-        [--models mock gepard-tiny] [--engine builtin|vllm|both] [--max-chunk-frames 1 16] [--engine-threads 0 1]
+        [--models mock gepard-tiny luna-tiny luna-realtime-tiny] [--codecs duet-fsq duet-fsq-causal]
+        [--engine builtin|vllm|both] [--max-chunk-frames 1 16] [--engine-threads 0 1]
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --roofline [--device cpu|cuda]
         [--roofline-dtype float32|bfloat16] [--roofline-steps 32]
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --soak 60 --soak-streams 64 [--frames 64]
@@ -23,9 +24,12 @@ and for the run: aggregate x real time (all audio seconds / wall seconds) and de
 (``EngineConfig.max_chunk_frames``) and the engine thread's torch threads, every combination in the same run.
 
 Models: ``mock`` (uniform logits, a toy codec: the serving stack's own overhead) and ``gepard-tiny`` with random
-weights (``duet.gepard.config.gepard_tiny``, 5.5M parameters) and the duet FSQ codec (the shipped ``duet-fsq`` if
-present, else random weights of the same shape: the same compute). Load goes to loopback only, bounded by
-``--streams`` and ``--frames``.
+weights (``duet.gepard.config.gepard_tiny``, 5.5M parameters) and each codec of ``--codecs`` (``duet-fsq``: the
+non-causal decoder, re-decoding context around every chunk; ``duet-fsq-causal``: the causal decoder that carries
+its state; the shipped weights if present, else random weights of the same shape: the same compute);
+``luna-tiny`` and ``luna-realtime-tiny``: the shipped checkpoints (the builtin engine only; every stream says the
+same text, so the predicted length, and so the work, is equal across streams and rows; ``--frames`` does not
+apply). Load goes to loopback only, bounded by ``--streams`` and ``--frames``.
 
 Roofline (``--roofline``), in this process, no server: Gepard's single-stream decode step is memory-bound (batch 1:
 every weight is read once per frame for ~2 FLOPs), so its floor is the time to stream the weights from memory.
@@ -85,12 +89,28 @@ class StreamResult:
 # --- the server side -------------------------------------------------------------------------------------------------
 
 
-def make_gepard_tiny(root: Path) -> tuple[Path, Path, str]:
-    """A random-init gepard-tiny checkpoint and an FSQ codec directory under ``root``: (checkpoint, codec, note)."""
-    import torch
+LUNA_MODELS = ("luna-tiny", "luna-realtime-tiny")  # shipped checkpoints, served as they are
 
+
+def codec_dir(name: str, root: Path) -> tuple[Path, str]:
+    """The shipped codec ``name`` (duet-fsq or duet-fsq-causal), else random weights of its shape under ``root``."""
+    from dataclasses import replace
+
+    from duet.codecs.fsq_codec import FSQCodecConfig
     from duet.codecs.registry import build, resolve, save_pretrained
     from duet.errors import DuetError
+
+    try:
+        return resolve(name), f"shipped {name}"
+    except DuetError:
+        cfg = replace(FSQCodecConfig(), causal_decoder=name.endswith("-causal"))
+        return save_pretrained(build("duet-fsq", cfg), root / name), f"{name}, random weights"
+
+
+def make_gepard_tiny(root: Path) -> Path:
+    """A random-init gepard-tiny checkpoint under ``root``."""
+    import torch
+
     from duet.gepard.checkpoint import save_gepard
     from duet.gepard.config import gepard_tiny
     from duet.gepard.model import GepardModel
@@ -99,12 +119,8 @@ def make_gepard_tiny(root: Path) -> tuple[Path, Path, str]:
     torch.manual_seed(0)
     corpus = ["the quick brown fox jumps over the lazy dog, and then it speaks a few words"] * 20
     tokenizer = save_bpe(train_bpe(corpus, BPEConfig(vocab_size=400)), root / "tokenizer.json")
-    checkpoint = save_gepard(GepardModel(gepard_tiny()), tokenizer, root / "gepard-tiny",
-                             codec={"name": "duet-fsq", "frame_rate": 22050 / 1024})
-    try:
-        return checkpoint, resolve("duet-fsq"), "shipped duet-fsq codec"
-    except DuetError:
-        return checkpoint, save_pretrained(build("duet-fsq"), root / "codec"), "duet-fsq codec, random weights"
+    return save_gepard(GepardModel(gepard_tiny()), tokenizer, root / "gepard-tiny",
+                       codec={"name": "duet-fsq", "frame_rate": 22050 / 1024})
 
 
 def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: int, max_batch: int,
@@ -124,7 +140,8 @@ def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: i
     else:
         from duet.serve.adapter import load_adapter
 
-        adapter = load_adapter(str(checkpoint), codec=str(codec) if codec else None, name="gepard")
+        name = model if model in LUNA_MODELS else "gepard"
+        adapter = load_adapter(str(checkpoint), codec=str(codec) if codec != "None" else None, name=name)
     scheduler = SchedulerConfig(max_running=max_batch, max_waiting=256, cache_budget_bytes=4 * 1024**3)
     engine = Engine(adapter, EngineConfig(scheduler=scheduler, max_chunk_frames=max_chunk,
                                           torch_threads=threads or None))
@@ -182,9 +199,12 @@ class Server:
 # --- the client side -------------------------------------------------------------------------------------------------
 
 
-async def one_stream(client: httpx.AsyncClient, server: Server, frames: int, seed: int) -> StreamResult:
+async def one_stream(client: httpx.AsyncClient, server: Server, frames: int | None, seed: int) -> StreamResult:
+    """One streamed request; ``frames`` None: a Luna model, whose length its duration predictor sets."""
     body = {"model": server.model, "input": "the quick brown fox jumps over the lazy dog " * 3, "seed": seed,
-            "max_frames": frames, "stop_threshold": NEVER, "response_format": "pcm", "stream_format": "audio"}
+            "response_format": "pcm", "stream_format": "audio"}
+    if frames is not None:
+        body.update(max_frames=frames, stop_threshold=NEVER)
     t0 = time.perf_counter()
     first = None
     received = 0  # bytes
@@ -204,10 +224,10 @@ async def one_stream(client: httpx.AsyncClient, server: Server, frames: int, see
     return StreamResult(ttfa_s=(first or end) - t0, wall_s=end - t0, audio_s=audio_s, underruns=underruns)
 
 
-async def concurrent(server: Server, n: int, frames: int) -> tuple[list[StreamResult], float]:
+async def concurrent(server: Server, n: int, frames: int | None) -> tuple[list[StreamResult], float]:
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
     async with httpx.AsyncClient(base_url=server.url, timeout=600, limits=limits) as client:
-        await one_stream(client, server, min(frames, 16), seed=0)  # warm-up
+        await one_stream(client, server, None if frames is None else min(frames, 16), seed=0)  # warm-up
         t0 = time.perf_counter()
         results = await asyncio.gather(*(one_stream(client, server, frames, seed=1 + i) for i in range(n)))
         return list(results), time.perf_counter() - t0
@@ -218,12 +238,12 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def row(engine: str, model: str, n: int, results: list[StreamResult], wall: float, frame_rate: float,
+def row(engine: str, model: str, codec: str, n: int, results: list[StreamResult], wall: float, frame_rate: float,
         max_chunk: int, threads: int) -> dict:
     ttfa = [r.ttfa_s * 1000 for r in results]
     rtf = [r.wall_s / r.audio_s for r in results if r.audio_s > 0]
     audio = sum(r.audio_s for r in results)
-    return {"engine": engine, "model": model, "max_chunk": max_chunk, "threads": threads or "default", "streams": n,
+    return {"engine": engine, "model": model, "codec": codec, "max_chunk": max_chunk, "threads": threads or "default", "streams": n,
             "ttfa_p50_ms": pct(ttfa, 0.5), "ttfa_p95_ms": pct(ttfa, 0.95), "rtf_p50": statistics.median(rtf),
             "rtf_p95": pct(rtf, 0.95),
             "x_realtime": audio / wall, "frames_per_s": audio * frame_rate / wall,
@@ -231,12 +251,12 @@ def row(engine: str, model: str, n: int, results: list[StreamResult], wall: floa
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ("engine", "model", "max chunk", "engine threads", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50",
+    head = ("engine", "model", "codec", "max chunk", "engine threads", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50",
             "RTF p95", "x real time", "frames/s", "underruns")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
-        print(f"| {r['engine']} | {r['model']} | {r['max_chunk']} | {r['threads']} | {r['streams']} | "
+        print(f"| {r['engine']} | {r['model']} | {r['codec']} | {r['max_chunk']} | {r['threads']} | {r['streams']} | "
               f"{r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
               f"{r['rtf_p50']:.3f} | {r['rtf_p95']:.3f} | {r['x_realtime']:.2f} | {r['frames_per_s']:.0f} | "
               f"{r['underruns']} |")
@@ -414,6 +434,18 @@ def print_roofline(r: dict) -> None:
           f"{r['bandwidth_gb_s']:.1f} | {r['ideal_step_ms']:.1f} | {r['step_ms']:.1f} | {r['ratio']:.2f}x |")
 
 
+def model_frame_rate(model: str, codec: Path | None) -> float:
+    """Codec frames per second of a model's audio."""
+    if model == "mock":
+        return 50.0
+    import duet.codecs
+    from duet.tts import load_runtime
+
+    if model in LUNA_MODELS:
+        return load_runtime(model).codec.frame_rate
+    return duet.codecs.load(codec).frame_rate
+
+
 def run_sweep(args: argparse.Namespace, root: Path) -> list[dict]:
     engines = ["builtin", "vllm"] if args.engine == "both" else [args.engine]
     vllm_python = os.environ.get("DUET_VLLM_PYTHON", "")
@@ -421,38 +453,46 @@ def run_sweep(args: argparse.Namespace, root: Path) -> list[dict]:
         print("vllm: skipped (set DUET_VLLM_PYTHON to a venv made by scripts/setup_vllm_cpu.sh)", file=sys.stderr)
         engines.remove("vllm")
     max_batch = max(args.streams)
-    checkpoint, codec, note = make_gepard_tiny(root) if "gepard-tiny" in args.models else (None, None, "")
-    if note:
-        print(f"gepard-tiny: random weights, {note}", file=sys.stderr)
+    checkpoint = make_gepard_tiny(root) if "gepard-tiny" in args.models else None
+    codecs: dict[str, Path] = {}
+    if checkpoint is not None:
+        for name in args.codecs:
+            codecs[name], note = codec_dir(name, root)
+            print(f"gepard-tiny: random weights; {note}", file=sys.stderr)
     rows: list[dict] = []
     for engine in engines:
         for model in args.models:
-            if engine == "vllm" and model == "mock":
+            if engine == "vllm" and model != "gepard-tiny":
                 continue  # vLLM serves Gepard only
-            for threads, max_chunk, n in itertools.product(args.engine_threads, args.max_chunk_frames, args.streams):
+            pairs = [(checkpoint, name, path) for name, path in codecs.items()] if model == "gepard-tiny" else \
+                [(model if model in LUNA_MODELS else None, "-", None)]
+            for (ckpt, codec_name, codec), threads, max_chunk, n in itertools.product(
+                    pairs, args.engine_threads, args.max_chunk_frames, args.streams):
                 port = free_port()
                 if engine == "builtin":
-                    argv = builtin_argv(model, checkpoint, codec, port, max_batch, max_chunk, threads)
+                    argv = builtin_argv(model, ckpt, codec, port, max_batch, max_chunk, threads)
                 else:  # the same duet engine around vLLM's model runner, so the same chunking
                     argv = [vllm_python, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", "gepard",
-                            "--checkpoint", str(checkpoint), "--codec", str(codec), "--port", str(port),
+                            "--checkpoint", str(ckpt), "--codec", str(codec), "--port", str(port),
                             "--max-batch", str(max_batch), "--max-chunk-frames", str(max_chunk),
                             *(["--engine-threads", str(threads)] if threads else []),
                             "--log-level", "warning"]
-                server = Server(argv, port, root / f"{engine}-{model}-{n}-{max_chunk}-{threads}.log")
+                server = Server(argv, port, root / f"{engine}-{model}-{codec_name}-{n}-{max_chunk}-{threads}.log")
                 try:
-                    frame_rate = 50.0 if model == "mock" else 22050 / 1024
-                    results, wall = asyncio.run(concurrent(server, n, args.frames))
-                    rows.append(row(engine, model, n, results, wall, frame_rate, max_chunk, threads))
-                    print(f"{engine} {model} x{n}: done in {wall:.1f} s", file=sys.stderr)
+                    frames = None if model in LUNA_MODELS else args.frames
+                    results, wall = asyncio.run(concurrent(server, n, frames))
+                    rows.append(row(engine, model, codec_name, n, results, wall, model_frame_rate(model, codec),
+                                    max_chunk, threads))
+                    print(f"{engine} {model} {codec_name} x{n}: done in {wall:.1f} s", file=sys.stderr)
                 finally:
                     server.close()
     return rows
 
 
 def run_soak(args: argparse.Namespace, root: Path) -> dict:
-    checkpoint, codec, note = make_gepard_tiny(root)
-    print(f"gepard-tiny: random weights, {note}", file=sys.stderr)
+    checkpoint = make_gepard_tiny(root)
+    codec, note = codec_dir(args.codecs[0], root)
+    print(f"gepard-tiny: random weights; {note}", file=sys.stderr)
     port = free_port()
     server = Server(builtin_argv("gepard-tiny", checkpoint, codec, port, args.soak_streams), port, root / "soak.log")
     try:
@@ -465,7 +505,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--frames", type=int, default=64, help="frames per utterance (gepard: 21.5 per second)")
-    p.add_argument("--models", nargs="+", default=["mock", "gepard-tiny"], choices=["mock", "gepard-tiny"])
+    p.add_argument("--models", nargs="+", default=["mock", "gepard-tiny"],
+                   choices=["mock", "gepard-tiny", *LUNA_MODELS])
+    p.add_argument("--codecs", nargs="+", default=["duet-fsq"], choices=["duet-fsq", "duet-fsq-causal"],
+                   help="gepard-tiny's codec; several values sweep each (the soak takes the first)")
     p.add_argument("--engine", choices=["builtin", "vllm", "both"], default="builtin")
     p.add_argument("--out", type=Path, default=None,
                    help="also write the results as JSON here (the sweep: its rows; else roofline and/or soak)")

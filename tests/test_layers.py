@@ -24,6 +24,7 @@ LAYERS = [
     {"tts"},  # speakers
     {"serve"},  # engine, adapters, API, vLLM
     {"eval"},
+    {"posttrain"},  # post-training stages: generate, score with eval's metrics, train
     {"cli", "__init__"},  # the `duet` command and the package face
 ]
 

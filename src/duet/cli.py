@@ -15,7 +15,7 @@ from duet.command import run
 # Each top-level command and the area whose ``register(subparsers)`` adds it. Imported lazily: a command loads only
 # its own area, so `duet speak` with a bad flag answers before torch or a training recipe is imported.
 _AREAS = {"speak": "duet.tts.cli", "edit": "duet.tts.edit_cli", "data": "duet.data.cli", "eval": "duet.eval.cli",
-          "codec": "duet.codecs.cli", "train": "duet.train.cli", "serve": "duet.serve.cli"}
+          "codec": "duet.codecs.cli", "train": "duet.posttrain.cli", "serve": "duet.serve.cli"}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@
 ``model``            GepardModel: sequence layout, training loss (``model(batch)``), KV-cached inference logits
 ``generate``         the sampler: prefill, KV-cached steps, factorised sampling, stop / bound, CFG, seeds
 ``qformer``          voice-cloning compressor: reference codes -> K=8 prefix tokens, null_prefix, L_div, L_supcon
+``voice``            the prefix in training: another clip of the row's speaker as reference, null-sentinel rows
 ``probes``           entropy and stop-probability probes, effective rank
 ``data``             code shards + manifest text -> tokenised, length-bucketed GepardBatch (repetition augmentation)
 ``checkpoint``       the shipped format: fp16 model.safetensors + config.json + tokenizer.json

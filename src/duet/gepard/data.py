@@ -26,6 +26,12 @@ so the characters and their times correspond exactly), and each row carries fram
 (``duet.data.token_timing``). Utterances without an IPA timing sidecar (Piper writes one) are left out (counted as ``no_timing``), and the
 short-register repetition is off (it would change the text but not the audio).
 
+Voice prefix (``GepardConfig.voice``). Each row then also carries a reference: a window of the codes of another
+utterance of the same speaker, drawn by ``duet.gepard.voice.ReferencePicker`` with an RNG seeded by (seed, epoch,
+batch index), at most ``max_reference_frames`` frames (default: the compressor's own bound); rows of speaker-less
+or singleton speakers are flagged ``no_speaker`` and read the null prefix. The K prefix positions count in every
+row's budget (they pass through the backbone; the reference only through the compressor).
+
 All codes of the selected utterances are held in memory, packed (int16, 16 bytes per frame): about 17 MB for the
 10-hour ``base`` corpus. A corpus of thousands of hours would want lazy per-shard loading instead.
 
@@ -57,6 +63,8 @@ from duet.data.utterances import (
 from duet.errors import DuetError
 from duet.gepard.config import GepardConfig
 from duet.gepard.model import GepardBatch, collate
+from duet.gepard.qformer import QFormerConfig
+from duet.gepard.voice import ReferencePicker, collate_references
 from duet.text.augment import RepetitionConfig, augment_text
 from duet.text.prompts import wrap_ids
 from duet.text.tokens import service_ids
@@ -76,10 +84,13 @@ class GepardDataConfig:
     repetition: RepetitionConfig = field(default_factory=RepetitionConfig)
     val_items: int = 64  # held-out utterances scored at each validation (0 = no validation)
     seed: int = 0
+    max_reference_frames: int = 0  # longest reference window of a voice-prefix model; 0: the compressor's bound
 
     def __post_init__(self) -> None:
         if self.batch_frames < 1 or self.max_batch_size < 1 or self.max_frames < 1 or self.bucket_width < 1:
             raise DuetError("batch_frames, max_batch_size, max_frames and bucket_width must be positive")
+        if self.max_reference_frames < 0:
+            raise DuetError(f"max_reference_frames must be >= 0, got {self.max_reference_frames}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,7 @@ class _Item:
     ids: tuple[int, ...]  # its token ids, without service tokens
     frames: int
     durations: tuple[float, ...] | None = None  # frames per wrapped token (aligned text input)
+    speaker: str = ""  # the manifest's speaker ("" = none)
 
     @property
     def positions(self) -> int:
@@ -99,10 +111,19 @@ class GepardData(SplitFacts):
     """One split's utterances with their codes in memory; ``epoch(e)`` is the loop's :class:`BatchSource`."""
 
     def __init__(self, items: Sequence[_Item], packed: dict[str, torch.Tensor], tokenizer, cfg: GepardDataConfig,
-                 train: bool, frame_rate: float | None = None, dropped: dict[str, int] | None = None):
+                 train: bool, frame_rate: float | None = None, dropped: dict[str, int] | None = None,
+                 voice: QFormerConfig | None = None):
         if not items:
             raise DuetError("no utterances left for Gepard training (check the split, languages and lengths)")
         self.items = list(items)
+        self.prefix = 0 if voice is None else voice.num_queries  # K positions before every row's text
+        self.references = None
+        if voice is not None:
+            limit = cfg.max_reference_frames or voice.max_reference_frames
+            if limit > voice.max_reference_frames:
+                raise DuetError(f"max_reference_frames {limit} exceeds the compressor's {voice.max_reference_frames}")
+            self.references = ReferencePicker([it.speaker for it in self.items], [it.frames for it in self.items],
+                                              limit)
         self.packed = packed
         self.tokenizer = tokenizer
         self.service = service_ids(tokenizer)
@@ -140,15 +161,19 @@ class GepardData(SplitFacts):
             if not isinstance(manifest, (str, Path)):
                 raise DuetError("aligned text and attention supervision read timing files next to the corpus: "
                                 "pass the manifest path")
-            timed = [_Item(t.utterance.id, t.phonemes, t.ids, t.frames, (*t.durations, 0.0))  # SOS: no frames
+            timed = [_Item(t.utterance.id, t.phonemes, t.ids, t.frames, (*t.durations, 0.0),  # SOS: no frames
+                           t.utterance.speaker)
                      for t in timed_texts([u for u, _ in chosen], Path(manifest).parent, tokenizer, shards.frames,
                                           shards.frame_rate, dropped)]
         else:
             encoded = tokenizer([t for _, t in chosen], add_special_tokens=False)["input_ids"] if chosen else []
-            timed = [_Item(u.id, text, tuple(ids), shards.frames(u.id)) for (u, text), ids in zip(chosen, encoded)]
+            timed = [_Item(u.id, text, tuple(ids), shards.frames(u.id), speaker=u.speaker)
+                     for (u, text), ids in zip(chosen, encoded)]
+        voice = model.voice if model is not None else None
+        prefix = 0 if voice is None else voice.num_queries
         items = []
         for item in timed:
-            if item.frames > cfg.max_frames or item.positions > max_positions or item.frames < 1:
+            if item.frames > cfg.max_frames or item.positions + prefix > max_positions or item.frames < 1:
                 dropped["too_long"] += 1
                 continue
             items.append(item)
@@ -159,21 +184,24 @@ class GepardData(SplitFacts):
         if aligned:
             cfg = replace(cfg, augment=False)
         return cls(items, packed, tokenizer, cfg, train=split == "train", frame_rate=shards.frame_rate,
-                   dropped=dropped)
+                   dropped=dropped, voice=voice)
 
     # ---- batches -------------------------------------------------------------------------------------------------
     def plan(self, epoch: int) -> list[list[int]]:
         """Item indices of every batch of ``epoch``, in training order (shuffled only for the training split)."""
         rng = random.Random(f"gepard-plan:{self.cfg.seed}:{epoch}") if self.train else None
-        return plan_batches([it.positions for it in self.items], self.cfg.batch_frames, self.cfg.max_batch_size,
-                            self.cfg.bucket_width, rng)
+        return plan_batches([it.positions + self.prefix for it in self.items], self.cfg.batch_frames,
+                            self.cfg.max_batch_size, self.cfg.bucket_width, rng)
 
     def channels(self, uid: str) -> torch.Tensor:
         """(C, T) channel codes of one utterance."""
         return self.fsq.unfold(self.packed[uid].long()[None])[0]
 
-    def make_batch(self, indices: Iterable[int], rng: random.Random | None = None) -> GepardBatch:
-        """Collate the given items; with ``rng`` (training) short texts get the repetition augmentation."""
+    def make_batch(self, indices: Iterable[int], rng: random.Random | None = None,
+                   reference_rng: random.Random | None = None) -> GepardBatch:
+        """Collate the given items; with ``rng`` (training) short texts get the repetition augmentation. For a
+        voice-prefix model each row draws its reference with ``reference_rng`` (default: seeded by the data seed)."""
+        indices = list(indices)
         rows, durations = [], []
         for i in indices:
             item = self.items[i]
@@ -185,7 +213,22 @@ class GepardData(SplitFacts):
             rows.append((wrap_ids(ids, self.service, start_of_speech=True), self.channels(item.id)))
             durations.append(item.durations)
         aligned = all(d is not None for d in durations)
-        return collate(rows, pad_id=self.service.pad, durations=durations if aligned else None)
+        batch = collate(rows, pad_id=self.service.pad, durations=durations if aligned else None)
+        if self.references is None:
+            return batch
+        rng = reference_rng or random.Random(f"gepard-reference:{self.cfg.seed}")
+        return self._with_references(batch, indices, rng)
+
+    def _with_references(self, batch: GepardBatch, indices: list[int], rng: random.Random) -> GepardBatch:
+        """``batch`` with each row's reference window, speaker id and null-sentinel flag (``duet.gepard.voice``)."""
+        assert self.references is not None
+        windows = [self.references.pick(i, rng) for i in indices]
+        refs = [None if w is None else self.channels(self.items[w.item].id)[:, w.start: w.start + w.length]
+                for w in windows]  # (C, R_b) each
+        codes, mask = collate_references(refs, self.fsq.config.num_channels)
+        ids = torch.tensor([self.references.speaker_id(i) for i in indices])
+        return replace(batch, reference=codes, reference_mask=mask, speaker_ids=ids,
+                       no_speaker=torch.tensor([w is None for w in windows]))
 
     def epoch(self, epoch: int) -> Sequence[GepardBatch]:
         """A lazy view of one epoch: batch ``i`` is collated (and augmented, seeded by (seed, epoch, i)) on access."""
@@ -193,10 +236,11 @@ class GepardData(SplitFacts):
 
         def make(i: int, indices: list[int]) -> GepardBatch:
             rng = random.Random(f"gepard-augment:{self.cfg.seed}:{epoch}:{i}") if augment else None
-            return self.make_batch(indices, rng)
+            return self.make_batch(indices, rng, random.Random(f"gepard-reference:{self.cfg.seed}:{epoch}:{i}"))
 
         return LazyBatches(self.plan(epoch), make)
 
     def batches(self) -> list[GepardBatch]:
         """Every batch of the split, un-augmented, in length order (validation)."""
-        return [self.make_batch(b) for b in self.plan(0)]
+        return [self.make_batch(b, reference_rng=random.Random(f"gepard-reference:{self.cfg.seed}:val:{i}"))
+                for i, b in enumerate(self.plan(0))]

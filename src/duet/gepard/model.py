@@ -6,10 +6,14 @@ Sequence (Gepard §2.1), one row::
                              `------ S_b text ids ---'  `--- T_b frames ---'
 
 Text ids are embedded by the backbone's own ``model.embed_tokens``; frames (32 FSQ channel codes each) by the
-audio interface (§2.4); the prefix is K speaker vectors given as embeddings (B, K, D), the place where the
-voice-cloning Q-Former's output plugs in later (§2.6; absent here). A batch is right-padded as a whole, so rows
-with different text lengths start their audio at different places; with causal attention no real position ever
-sees padding (it comes after), so no padding mask is needed and the backbone stays on its plain causal path.
+audio interface (§2.4); the prefix is K speaker vectors (B, K, D). A model with the voice compressor
+(``GepardConfig.voice``, §2.6: ``duet.gepard.qformer``, its ``qformer.*`` parameters) computes them from each row's
+reference codes (``duet.gepard.voice``), or reads ``null_prefix`` for a row without a reference, a null-sentinel
+row, or one the training dropout (0.15) picks; every row of such a model has the K positions, in training and at
+inference alike, and they enter in prefill only, never in the decode loop (§1.2). A model without the compressor
+has no prefix unless a caller gives one as embeddings. A batch is right-padded as a whole, so rows with different
+text lengths start their audio at different places; with causal attention no real position ever sees padding (it
+comes after), so no padding mask is needed and the backbone stays on its plain causal path.
 
 Heads run on the audio region only (§2.5: "the K-position prefix slice is discarded before the heads"):
 positions SOS, f_0, ..., f_{T-1} of each row, gathered into (B, T + 1, D). Causal shift: the position of SOS
@@ -21,10 +25,11 @@ rule reads: after feeding frame t, stop if p_stop crosses the threshold (the nex
 
 Loss (§2.5): L = sum_k CE_k + w_stop * BCE(stop, pos_weight = 25), w_stop = 2; each CE_k is a mean over its
 valid labels, and a head whose labels are all -100 contributes ``logits * 0`` (zero, finite, still in the graph)
-instead of mean-CE's 0/0 = NaN.
+instead of mean-CE's 0/0 = NaN. With the voice compressor, + L_div + L_supcon on its ``q_normed`` (unweighted,
+§2.5; logged as ``div`` and ``supcon``).
 
 Parameter names: ``model.*`` (a stock ``Qwen3Model``, exactly as in ``Qwen3ForCausalLM``; see
-``duet.nn.backbone``), ``audio_interface.*``, ``heads.*``.
+``duet.nn.backbone``), ``audio_interface.*``, ``heads.*``, ``qformer.*`` (the voice compressor, when configured).
 
 Shape legend: B batch, K prefix vectors, S text ids (incl. SOT/EOT/SOS), T frames, N audio positions (T + 1 in
 training), C channels (32), D model width.
@@ -32,7 +37,7 @@ training), C channels (32), D model width.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
 import torch
@@ -46,6 +51,8 @@ from duet.gepard.alignment import GuidedAttentionConfig, guided_attention_loss
 from duet.gepard.audio_interface import AudioInterface
 from duet.gepard.config import GepardConfig
 from duet.gepard.heads import FrameLogits, GepardHeads
+from duet.gepard.qformer import QFormer, QFormerOutput
+from duet.gepard.voice import voice_regularisers
 from duet.nn.aligned import AlignedInput
 from duet.nn.backbone import build_qwen3, new_cache, run_backbone, run_backbone_attentions
 
@@ -59,8 +66,13 @@ class GepardBatch:
 
     text_ids (B, S) int64: wrapped text [SOT, text, EOT, SOS] (``duet.text.prompts``), padding after ``text_lengths`` (any valid id).
     codes (B, C, T) int64: channel codes (``GroupFSQ.unfold`` of the packed tokens), padding after
-    ``audio_lengths`` (ignored; any value). prefix (B, K, D) float or None. durations (B, S) float frames per
-    wrapped token (aligned text input, ``duet.gepard.aligned``; 0 past ``text_lengths``) or None.
+    ``audio_lengths`` (ignored; any value). prefix (B, K, D) float or None: given embeddings (a model with the voice
+    compressor reads them instead of running it, e.g. a prefix computed once for many rows). durations (B, S) float frames per wrapped token (aligned text input,
+    ``duet.gepard.aligned``; 0 past ``text_lengths``) or None.
+
+    For a model with the voice compressor (``duet.gepard.voice``): reference (B, C, R) int64 channel codes of each
+    row's reference, reference_mask (B, R) bool, speaker_ids (B,) int64, no_speaker (B,) bool (null-sentinel
+    rows); all None (and no prefix) reads ``null_prefix`` in every row.
     """
 
     text_ids: torch.Tensor
@@ -69,11 +81,19 @@ class GepardBatch:
     audio_lengths: torch.Tensor
     prefix: torch.Tensor | None = None
     durations: torch.Tensor | None = None
+    reference: torch.Tensor | None = None
+    reference_mask: torch.Tensor | None = None
+    speaker_ids: torch.Tensor | None = None
+    no_speaker: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        given = [x is not None for x in (self.reference, self.reference_mask, self.speaker_ids, self.no_speaker)]
+        if any(given) and not all(given):
+            raise DuetError("a batch's reference, reference_mask, speaker_ids and no_speaker go together")
 
     def to(self, device: torch.device | str) -> "GepardBatch":
         move = lambda x: None if x is None else x.to(device)  # noqa: E731
-        return GepardBatch(move(self.text_ids), move(self.text_lengths), move(self.codes), move(self.audio_lengths),
-                           move(self.prefix), move(self.durations))
+        return GepardBatch(*(move(getattr(self, f.name)) for f in fields(self)))
 
 
 def collate(items: Sequence[tuple[Sequence[int], torch.Tensor]], pad_id: int,
@@ -229,14 +249,62 @@ class GepardModel(nn.Module):
         if config.aligned is not None:
             self.aligned = AlignedInput(config.width, config.aligned.window, EOT_BACK)
             self.duration = DurationHead(config.aligned.duration)
+        self.qformer = QFormer(config.voice) if config.voice is not None else None
 
     @property
     def is_aligned(self) -> bool:
         return self.config.aligned is not None
 
     @property
+    def has_voice(self) -> bool:
+        """Whether the model carries the voice compressor (and so a K-vector prefix in every row)."""
+        return self.qformer is not None
+
+    @property
     def embed_tokens(self) -> nn.Embedding:
         return self.model.embed_tokens
+
+    # ---- voice prefix -----------------------------------------------------------------------------------------------
+    def voice_prefix(self, reference: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                     batch_size: int = 1) -> torch.Tensor:
+        """The prefix (B, K, D) at inference: the compressor's ``prefix_raw`` of reference codes (B, C, R) with
+        ``mask`` (B, R) (default: every frame), or ``null_prefix`` for ``batch_size`` rows without a reference.
+        Deterministic: no dropout, whatever the module's mode."""
+        if self.qformer is None:
+            raise DuetError("this Gepard has no voice compressor: it cannot clone a voice")
+        if reference is None:
+            return self.qformer.null(batch_size)
+        if mask is None:
+            mask = torch.ones(reference.shape[0], reference.shape[2], dtype=torch.bool, device=reference.device)
+        return self.qformer.encode(reference, mask)[0]
+
+    def _voice_terms(self, batch: GepardBatch, voice: QFormerOutput | None) -> dict[str, torch.Tensor]:
+        """L_div and L_supcon of the batch (``duet.gepard.voice``); zeros when the batch brought its own prefix
+        (the compressor did not run) or no references (no row qualifies)."""
+        if voice is None:
+            zero = torch.zeros((), device=batch.text_ids.device)
+            return {"div": zero, "supcon": zero}
+        if batch.reference_mask is None:  # every row read null_prefix: nothing was encoded
+            zero = voice.q_normed.sum() * 0.0
+            return {"div": zero, "supcon": zero}
+        assert batch.speaker_ids is not None and batch.no_speaker is not None
+        return voice_regularisers(voice, batch.reference_mask, batch.speaker_ids, batch.no_speaker)
+
+    def _voice(self, batch: GepardBatch) -> QFormerOutput:
+        """The compressor's output for a training batch: each row's prefix, ``null_prefix`` where the row has no
+        reference frame, is a null-sentinel, or (training mode) the 0.15 dropout draws it (§2.6.2)."""
+        assert self.qformer is not None
+        b = batch.text_ids.shape[0]
+        device = batch.text_ids.device
+        if batch.reference is None:  # no references at all: every row reads null_prefix
+            codes = torch.zeros((b, self.config.num_channels, 1), dtype=torch.long, device=device)
+            mask = torch.zeros((b, 1), dtype=torch.bool, device=device)
+            no_speaker = torch.ones(b, dtype=torch.bool, device=device)
+        else:
+            assert batch.reference_mask is not None and batch.no_speaker is not None
+            codes, mask = batch.reference, batch.reference_mask
+            no_speaker = batch.no_speaker | ~mask.any(dim=1)  # a row without a reference frame: nothing to read
+        return self.qformer(codes, mask, no_speaker)
 
     def refresh_audio_scale(self) -> None:
         """Re-align s_audio with the text embedding (call after loading a pretrained text embedding)."""
@@ -244,7 +312,11 @@ class GepardModel(nn.Module):
 
     # ---- training -------------------------------------------------------------------------------------------------
     def audio_logits(self, batch: GepardBatch) -> FrameLogits:
-        """Teacher-forced logits over each row's audio region: codes (B, N = T + 1, 216), stop (B, N)."""
+        """Teacher-forced logits over each row's audio region: codes (B, N = T + 1, 216), stop (B, N); a model with
+        the voice compressor reads its prefix from the batch's references (dropout only in training mode) unless
+        the batch gives one."""
+        if self.qformer is not None and batch.prefix is None:
+            batch = replace(batch, prefix=self._voice(batch).prefix)
         return self._teacher_forced(batch, attentions=False)[0]
 
     def _teacher_forced(self, batch: GepardBatch, attentions: bool) -> tuple[FrameLogits, tuple[torch.Tensor, ...]]:
@@ -287,8 +359,16 @@ class GepardModel(nn.Module):
             batch = drop_text(batch, rows)
         code_labels, stop_labels = audio_labels(batch.codes, batch.audio_lengths)
         use_guided = guided is not None and guided.enabled
+        voice = None
+        if self.qformer is not None and batch.prefix is None:
+            voice = self._voice(batch)
+            batch = replace(batch, prefix=voice.prefix)  # (B, K, D)
         logits, weights = self._teacher_forced(batch, attentions=use_guided)
         out = gepard_loss(logits, code_labels, stop_labels, self.config)
+        if self.qformer is not None:
+            terms = self._voice_terms(batch, voice)
+            out = {**out, "loss": out["loss"] + terms["div"] + terms["supcon"],
+                   "div": terms["div"].detach(), "supcon": terms["supcon"].detach()}
         if self.is_aligned:
             assert self.config.aligned is not None and batch.durations is not None
             duration = self.duration.loss(batch.text_ids, batch.text_lengths, batch.durations)
@@ -330,6 +410,10 @@ class GepardModel(nn.Module):
 
     # The sampler's FrameModel protocol (duet.gepard.generate): prefill once, then one frame per step.
     def prefill(self, prompt: GepardPrompt) -> tuple[FrameLogits, DynamicCache | AlignedState]:
+        """Run the prompt once: [prefix | text ending in SOS] -> logits of frame 0 and the decode state. A model
+        with the voice compressor reads ``null_prefix`` when the prompt has no prefix (as it trained on rows
+        without a reference)."""
+        prompt = self.with_prefix(prompt)
         cache = self.new_cache()
         if not self.is_aligned:
             return self.logits(text_ids=prompt.text_ids, prefix=prompt.prefix, cache=cache).last(), cache
@@ -345,6 +429,13 @@ class GepardModel(nn.Module):
             x = torch.cat([prompt.prefix.to(x.dtype), x], dim=1)
         hidden = run_backbone(self.model, x, cache=cache)
         return self.heads(hidden[:, -1:]), state
+
+    def with_prefix(self, prompt: GepardPrompt) -> GepardPrompt:
+        """``prompt`` as this model reads it: ``null_prefix`` added where the model has the voice compressor and
+        the prompt no prefix."""
+        if self.qformer is None or prompt.prefix is not None:
+            return prompt
+        return replace(prompt, prefix=self.voice_prefix(batch_size=prompt.text_ids.shape[0]))
 
     def step(self, frame: torch.Tensor, state: DynamicCache | AlignedState,
              ) -> tuple[FrameLogits, DynamicCache | AlignedState]:

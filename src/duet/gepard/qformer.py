@@ -98,6 +98,12 @@ def qformer_parameters(config: QFormerConfig) -> int:
     return config.num_layers * block + queries + null_prefix + input_proj + d + 1  # + output norm, output_scale
 
 
+def compressor_lr_multipliers(config: QFormerConfig, prefix: str) -> dict[str, float]:
+    """What :meth:`QFormer.lr_multipliers` returns, from the config alone: a training objective sets its parameter
+    groups before it sees the module."""
+    return {prefix: config.lr_multiplier}
+
+
 def sinusoidal_positions(num_positions: int, width: int) -> torch.Tensor:
     """Vaswani et al. (2017) positions -> (T, D): [sin(t w_0), cos(t w_0), sin(t w_1), ...], w_i = 10000^(-2i/D)."""
     t = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (T, 1)
@@ -252,7 +258,7 @@ class QFormer(nn.Module):
     def lr_multipliers(self, prefix: str) -> dict[str, float]:
         """Parameter-name prefix -> LR multiplier, for ``duet.train.loop.param_groups``; ``prefix`` is this module's
         name in the model (``"qformer."``). One entry covers the compressor and ``null_prefix``."""
-        return {prefix: self.config.lr_multiplier}
+        return compressor_lr_multipliers(self.config, prefix)
 
     def dequantise(self, codes: torch.Tensor) -> torch.Tensor:
         """Channel digits (B, C, T), 0 <= codes[:, k] < L_k -> FSQ values (B, C, T) in [-1, 1].

@@ -30,6 +30,11 @@ confidence uses the guided distribution before top-k and temperature (as MaskGIT
 the sampled token itself comes from the effective distribution (top-k, temperature, CFG), the policy family that
 RL post-training reuses (§4).
 
+Recording (RL post-training, §4). ``maskgit_decode`` takes an optional ``recorder`` (a :class:`StepRecorder`,
+``duet.luna.trajectory.TrajectoryRecorder``): after each step it is handed the step's forward output, the cells
+masked before the step and the cells it committed. It only reads; without one nothing is computed or kept, and the
+random draws (hence the output for a seed) are the same either way.
+
 Shape legend: B batch, T frames, Q codebooks, K codes per codebook, N = T Q cells per row.
 """
 
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
@@ -45,6 +50,15 @@ from duet.errors import DuetError
 from duet.nn.masks import lengths_to_mask
 
 LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class StepRecorder(Protocol):
+    def record(self, step: int, cfg: "DecodeConfig", logits: torch.Tensor, still: torch.Tensor,
+               commit: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Step ``step`` of ``maskgit_decode`` with ``cfg``: logits (B', T, Q, K) of its forward pass, still
+        (B, T, Q) bool the cells masked before it, commit (B, T, Q) bool the cells it decided, tokens (B, T, Q) the
+        grid after it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -219,10 +233,12 @@ def maskgit_decode(
     cfg: DecodeConfig = DecodeConfig(),
     frame_lengths: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    recorder: StepRecorder | None = None,
 ) -> DecodeResult:
     """Fill every masked cell of ``tokens`` (B, T, Q) in ``cfg.steps`` steps; see the module docstring.
 
     ``frame_lengths`` (B,) marks padding frames beyond each row's length: they are neither generated nor changed.
+    ``recorder`` sees every step (module docstring, "Recording").
     """
     if tokens.dim() != 3:
         raise DuetError(f"tokens must be (B, T, Q), got shape {tuple(tokens.shape)}")
@@ -240,6 +256,8 @@ def maskgit_decode(
     for s in range(1, cfg.steps + 1):
         logits = logits_fn(tokens.repeat(repeat, 1, 1), conditional)  # (B', T, Q) -> (B', T, Q, K)
         tokens, commit = maskgit_step(logits, tokens, still, num_cells, s, cfg, generator)
+        if recorder is not None:
+            recorder.record(s, cfg, logits, still, commit, tokens)
         commit_step = commit_step.masked_fill(commit, s)
         still = still & ~commit
     return DecodeResult(tokens, commit_step)

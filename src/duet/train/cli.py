@@ -10,6 +10,11 @@
     duet train luna-realtime --init-from checkpoints/luna-tiny --shards codes/rvq --out runs/luna-realtime-tiny
                                                                                    (recipes/luna_realtime.py)
     duet train luna-realtime-export RUN_DIR --out checkpoints/luna-realtime-tiny
+
+The post-training stages (gepard-sft, gepard-dpo, luna-grpo, luna-grpo-export) score generations with ``duet eval``'s
+metrics, so they live above eval in ``duet.posttrain``; ``duet.posttrain.cli`` (what ``duet train`` runs) adds them to
+the stages :func:`register` returns, and makes ``gepard-export`` export their Gepard runs too (here it exports
+pretraining runs only).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import argparse
 import sys
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser("train", help="train models (codec, gepard, luna, luna-realtime)")
+def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Adds ``train`` with this package's stages; returns its stage sub-parsers (``duet.posttrain.cli`` adds more)."""
+    train = subparsers.add_parser("train", help="train models (codec, gepard, luna, luna-realtime, luna-grpo)")
     sub = train.add_subparsers(dest="train_command", metavar="STAGE")
     sub.required = True
 
@@ -59,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from duet.train.recipes.luna_realtime import add_train_realtime_parser
 
     add_train_realtime_parser(sub)
+    return sub
 
 
 def _train_codec(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@ or the checkout's ``checkpoints/``, as for codecs) or takes a directory, reads `
 :class:`duet.tts.speaker.Speaker` over the family's runtime (``load_runtime``, the step code ``duet serve`` drives
 too):
 
-- ``gepard`` -> :class:`duet.tts.gepard.GepardRuntime` (streams frame by frame; ``speed`` for an aligned model)
+- ``gepard`` -> :class:`duet.tts.gepard.GepardRuntime` (streams frame by frame; ``speed`` for an aligned model;
+  cloning from a reference clip alone, ``voice_ref``, for a model with the voice compressor)
 - ``luna`` -> :class:`duet.tts.luna.LunaRuntime` (streams one sentence at a time; ``steps``, ``speed``, cloning with
   ``voice_prompt``, editing with ``edit``)
 - ``luna-realtime`` -> :class:`duet.tts.luna_realtime.RealtimeRuntime` (streams block by block as blocks are

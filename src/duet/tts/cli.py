@@ -1,5 +1,6 @@
 """``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
-[--seed N] [--steps S] [--speed X] [--cfg-scale W] [--prompt REF.wav --prompt-text "what REF says"]``.
+[--seed N] [--steps S] [--speed X] [--cfg-scale W] [--prompt REF.wav --prompt-text "what REF says"]
+[--voice-ref REF.wav]``.
 
 ``--stdin-stream`` speaks standard input while it is still arriving (typed, or piped from an LLM), a sentence or
 a clause at a time as soon as it is complete (``duet.tts.live``), writing the file as audio comes.
@@ -18,6 +19,12 @@ stderr and exit code 2, before any model is loaded where possible.
 ``--prompt`` with ``--prompt-text`` clones the voice of a reference clip (Luna only: the clip's codes and its
 transcript condition the new text, Luna §2.5; ``duet.tts.speaker.Speaker.voice_prompt``). A silent, unreadable or
 too long clip, or one flag without the other, is refused in one line.
+
+``--voice-ref`` clones the voice of a reference clip with no transcript (a Gepard trained with the voice
+compressor, ``duet train gepard --voice-prefix``: the clip is compressed to K prefix vectors, Gepard §2.6;
+``Speaker.speak(..., voice_ref=)``). It is a flag of its own rather than a meaning of ``--voice``, which names one of
+the model's built-in voices: a voice called like a file must not turn into a file read. A model without the
+compressor refuses it in one line, as do an unreadable clip and ``--prompt`` given with it.
 """
 
 from __future__ import annotations
@@ -66,6 +73,9 @@ def register(subparsers) -> None:
     p.add_argument("--prompt", default=None,
                    help="Luna only: a reference clip whose voice to clone (with --prompt-text)")
     p.add_argument("--prompt-text", default=None, help="what the --prompt clip says")
+    p.add_argument("--voice-ref", default=None, metavar="REF.wav",
+                   help="a reference clip whose voice to clone, no transcript needed (a Gepard with the voice "
+                        "compressor)")
     p.set_defaults(func=run_speak)
 
 
@@ -138,6 +148,16 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
     return given
 
 
+def check_voice_ref(voice_ref: str | None, prompt: str | None) -> None:
+    """``--voice-ref``: an existing file, and not together with ``--prompt`` (two ways of cloning at once)."""
+    if voice_ref is None:
+        return
+    if prompt is not None:
+        raise DuetError("--voice-ref and --prompt both clone a voice: give one of them")
+    if not Path(voice_ref).is_file():
+        raise DuetError(f"--voice-ref {voice_ref}: no such file")
+
+
 def run_speak(args: argparse.Namespace) -> int:
     import soundfile as sf
 
@@ -163,8 +183,11 @@ def run_speak(args: argparse.Namespace) -> int:
         raise DuetError(problem)
     out = Path(args.output)
     fmt = check_output(out)
+    check_voice_ref(args.voice_ref, args.prompt)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
     speaker = load(args.model)
+    if args.voice_ref is not None:
+        model_options["voice_ref"] = args.voice_ref
     if "prompt" in model_options:
         from duet.audio import load_audio
 
@@ -216,7 +239,10 @@ def run_stdin_stream(args: argparse.Namespace) -> int:
     out = Path(args.output)
     fmt = check_output(out)
     model_options = check_luna_options(args.model, args.steps, args.speed)
+    check_voice_ref(args.voice_ref, args.prompt)
     speaker = load(args.model)
+    if args.voice_ref is not None:  # read once: every piece carries the same samples
+        model_options["voice_ref"] = speaker.reference_audio(args.voice_ref)
     started = time.perf_counter()
     first: list[float] = []
     samples = 0

@@ -25,19 +25,29 @@ the text out, at the request's ``speed``) and each row keeps its embedded text, 
 a step adds every row's aligned input, computed in one call over the rows padded to the longest text. Such a model
 knows how long a text will be: one predicted to end within ``margin_frames`` of its bound is refused.
 
-Divergences, named: voice cloning waits for the Q-Former; the cache budget reserves one row per request, so a
-request guided where the model's default is not (``cfg_scale`` != 1) holds twice what it reserved.
+Voice cloning (a model with the voice compressor, ``GepardConfig.voice``; Gepard §2.6). A request's ``reference``
+(mono float32 at the codec's rate) is encoded by the codec once, unfolded to channel digits, cut to the
+compressor's ``max_reference_frames`` (its first frames), and compressed to K prefix vectors
+(``duet.gepard.voice.reference_prefix``); a request without one reads ``null_prefix``. The prefix enters prefill only: each row's cache starts with its K positions, then the text,
+so the decode steps are unchanged. No transcript is needed. The prefix of the last few reference arrays is kept
+(by identity), so the pieces of one ``duet speak`` utterance encode their shared clip once. The unconditional CFG
+row keeps the prefix (it drops the text only).
 
-Shape legend: B running requests, R rows (a request's one or two), S prompt ids, C channels (32), G packed groups
-(8), D width, H_kv key/value heads, hd head_dim, L cached positions.
+Divergence, named: the cache budget reserves one row per request, so a request guided where the model's default
+is not (``cfg_scale`` != 1) holds twice what it reserved.
+
+Shape legend: B running requests, R rows (a request's one or two), S prompt ids, K prefix vectors, C channels (32),
+G packed groups (8), D width, H_kv key/value heads, hd head_dim, L cached positions, P reference frames.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
@@ -48,6 +58,7 @@ from duet.gepard.aligned import AlignedState
 from duet.gepard.generate import SPEAK_SAMPLING, SamplingConfig, frame_bound, guide
 from duet.gepard.heads import pad_channels
 from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
+from duet.gepard.voice import reference_prefix
 from duet.nn.backbone import run_backbone
 from duet.tts.kv_pool import KVPool
 from duet.tts.request import SynthesisRequest
@@ -115,7 +126,9 @@ class GepardRuntime:
         self.model.eval()
         no_speed = None if self.model.is_aligned else ("it has no duration predictor (no aligned text input): it "
                                                        "decodes until it stops, so there is no length to scale")
-        self.traits = FamilyTraits(speed=no_speed, nucleus=True, cloning_note=" yet")
+        self.traits = FamilyTraits(speed=no_speed, nucleus=True, cloning=self.model.has_voice,
+                                   cloning_note=": it has no voice compressor (train one with duet train gepard "
+                                                "--voice-prefix)")
         bb = mcfg.backbone
         self._dtype = self.model.embed_tokens.weight.dtype
         self._device = self.model.embed_tokens.weight.device
@@ -123,6 +136,7 @@ class GepardRuntime:
         self.cache_bytes_per_position = kv_cache_bytes(bb.num_layers, bb.num_kv_heads, bb.head_dim, self._dtype)
         self._levels = tuple(mcfg.channel_levels)
         self._ids: PerRequest[list[int]] = PerRequest()
+        self._prefixes: OrderedDict[int, tuple[np.ndarray, torch.Tensor]] = OrderedDict()  # id(reference) -> prefix
 
     @property
     def max_frames(self) -> int:
@@ -139,6 +153,8 @@ class GepardRuntime:
             raise InvalidRequest(f"{self.name} was trained without text dropout, so it has no unconditional path for "
                                  "classifier-free guidance (train with duet train gepard --text-dropout 0.1)",
                                  param="cfg_scale")
+        if request.reference is not None:
+            self._check_reference(request.reference)
         limit = self.model.config.backbone.max_positions
         prompt = self.prompt_positions(request)
         if prompt >= limit:  # before the duration model, whose cost grows with the square of the text
@@ -158,10 +174,20 @@ class GepardRuntime:
         cfg = self.config
         bound = SamplingConfig(frames_per_token=cfg.frames_per_token, margin_frames=cfg.margin_frames,
                                max_frames=cfg.max_frames)
-        return frame_bound(self.prompt_positions(request) - NUM_SERVICE_TOKENS, bound)
+        return frame_bound(len(self._text_ids(request)) - NUM_SERVICE_TOKENS, bound)
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
-        return len(self._text_ids(request))
+        return self.model.config.num_prefix + len(self._text_ids(request))  # [prefix | text ending in SOS]
+
+    def _check_reference(self, reference: np.ndarray) -> None:
+        """A reference clip the codec can encode: 1-D, finite, at least one frame long."""
+        if not isinstance(reference, np.ndarray) or reference.ndim != 1:
+            raise InvalidRequest("the reference clip must be mono samples (a 1-D array)", param="reference_audio")
+        if not np.all(np.isfinite(reference)):
+            raise InvalidRequest("the reference clip has NaN or infinite samples", param="reference_audio")
+        if reference.shape[0] < self.codec.samples_per_frame:
+            raise InvalidRequest(f"the reference clip has {reference.shape[0]} samples, shorter than one codec frame "
+                                 f"({self.codec.samples_per_frame})", param="reference_audio")
 
     def _text_ids(self, request: SynthesisRequest) -> list[int]:
         return self._ids.get(request, lambda r: self.encode(r.text))
@@ -178,13 +204,31 @@ class GepardRuntime:
     def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[GepardState]:
         states = []
         for request, seed in zip(requests, seeds):  # one by one: prompts differ in length, and prefill is once
-            prompt = GepardPrompt(self._prompt_ids(request), speed=request.speed)
+            prompt = GepardPrompt(self._prompt_ids(request), prefix=self._prefix(request), speed=request.speed)
             bound = request.params.max_frames or self.frame_bound(request)
             w = self._cfg_scale(request)
             rows = [self._prefill_row(p, bound) for p in ([prompt] if w == 1.0 else [prompt, prompt.unconditional()])]
             generator = torch.Generator(device=self._device).manual_seed(seed)
             states.append(GepardState(request, generator, rows, w))
         return states
+
+    def _prefix(self, request: SynthesisRequest) -> torch.Tensor | None:
+        """The request's prefix (1, K, D): its reference compressed, or ``null_prefix``; None for a model without
+        the voice compressor. Kept for the last few reference arrays (module docstring)."""
+        if not self.model.has_voice:
+            return None
+        if request.reference is None:
+            return self.model.voice_prefix(batch_size=1)
+        key = id(request.reference)
+        kept = self._prefixes.get(key)
+        if kept is not None and kept[0] is request.reference:
+            self._prefixes.move_to_end(key)
+            return kept[1]
+        prefix = reference_prefix(self.model, self.codec, request.reference, self.fsq)  # (1, K, D)
+        self._prefixes[key] = (request.reference, prefix)
+        while len(self._prefixes) > 8:
+            self._prefixes.popitem(last=False)
+        return prefix
 
     def _prefill_row(self, prompt: GepardPrompt, bound: int) -> _Row:
         aligned = None
@@ -194,8 +238,8 @@ class GepardRuntime:
             aligned.cache = None  # the pool holds it from here
         else:
             cache = self.model.new_cache()
-            logits = self.model.logits(text_ids=prompt.text_ids, cache=cache)  # N = 1: the SOS position
-        s = prompt.text_ids.shape[1]
+            logits = self.model.logits(text_ids=prompt.text_ids, prefix=prompt.prefix, cache=cache)  # N = 1: SOS
+        s = cache.get_seq_length()  # K + S: the prefix (if any) and the text
         slot = self.pool.alloc(s + bound)
         prompt_kv = [torch.stack([c.keys[0], c.values[0]]) for c in cache.layers]  # layers x (2, H_kv, S, hd)
         self.pool.kv[:, :, slot, :, :s] = torch.stack(prompt_kv)

@@ -13,6 +13,12 @@ API refuses a long request. Every piece is checked before any decoding (``runtim
 runtime's ``check`` on the bounded piece), so bad input is one DuetError from ``speak``, ``stream`` or ``chunks``
 themselves, not from their first chunk.
 
+Cloning from a reference clip alone (no transcript; a Gepard with the voice compressor): ``voice_ref`` is a sound
+file's path or mono samples (at ``voice_ref_rate``, default the codec's rate); it is read and resampled to the
+codec's rate once, and every piece's request carries the same array (``SynthesisRequest.reference``, what the
+speech API's ``reference_audio`` becomes), so spoken and served cloning run the same step code. A model that cannot
+clone from a clip refuses it through the shared check (``runtime.check_common``).
+
 ``chunks`` yields each piece's codes and audio as the codec's stream decoder gives them (every ``chunk_frames``
 frames or more: a Gepard frame, a Luna Realtime block, a Luna sentence); ``stream`` yields their audio with the gaps
 as chunks of their own; ``speak`` joins the same chunks, so ``speak(text).audio`` is the concatenation of
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -83,6 +90,25 @@ class Speaker:
     def supports_cloning(self) -> bool:
         return self.runtime.traits.voice_prompt
 
+    @property
+    def clones_from_audio(self) -> bool:
+        """Whether ``voice_ref`` (a reference clip alone, no transcript) is taken."""
+        return self.runtime.traits.cloning
+
+    def reference_audio(self, voice_ref: str | Path | np.ndarray | torch.Tensor,
+                        sample_rate: int | None = None) -> np.ndarray:
+        """A reference clip (a sound file's path, or mono samples at ``sample_rate``, default the codec's) -> mono
+        float32 samples (S,) at the codec's rate, what ``SynthesisRequest.reference`` holds."""
+        from duet.audio import check_audio, load_audio, resample, to_mono
+
+        if isinstance(voice_ref, (str, Path)):
+            if sample_rate is not None:
+                raise DuetError("voice_ref_rate is for samples; a sound file carries its own rate")
+            return load_audio(voice_ref, sample_rate=self.sample_rate)[0]
+        samples = voice_ref.detach().cpu().numpy() if isinstance(voice_ref, torch.Tensor) else voice_ref
+        audio = check_audio(to_mono(samples), what="the reference clip")
+        return resample(audio, sample_rate or self.sample_rate, self.sample_rate)
+
     def voice_prompt(self, audio: np.ndarray | torch.Tensor, text: str, sample_rate: int | None = None) -> VoicePrompt:
         """A reference clip (S,) and its transcript -> a prompt that ``speak(..., prompt=)`` clones (Luna §2.5)."""
         if not self.supports_cloning:
@@ -102,8 +128,9 @@ class Speaker:
     # ---- the requests (checked eagerly: before any decoding) -------------------------------------------------------
     def requests(self, text: str, *, voice: str | None = None, seed: int | None = None,
                  temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
-                 speed: float | None = None, steps: int | None = None,
-                 prompt: VoicePrompt | None = None) -> list[tuple[SynthesisRequest, int]]:
+                 speed: float | None = None, steps: int | None = None, prompt: VoicePrompt | None = None,
+                 voice_ref: str | Path | np.ndarray | torch.Tensor | None = None,
+                 voice_ref_rate: int | None = None) -> list[tuple[SynthesisRequest, int]]:
         """One checked (request, seed) per piece of ``text``, each bounded by its family's frame bound."""
         if steps is not None and not self.runtime.traits.steps:
             raise DuetError(f"{self.name} decodes one frame per step: steps applies to Luna models only")
@@ -114,10 +141,13 @@ class Speaker:
         if not pieces:
             raise DuetError("the text is empty")
         seed = random.SystemRandom().randrange(SEED_LIMIT // 2) if seed is None else seed
+        if voice_ref is None and voice_ref_rate is not None:
+            raise DuetError("voice_ref_rate goes with voice_ref")
+        reference = None if voice_ref is None else self.reference_audio(voice_ref, voice_ref_rate)
         out = []
         for i, piece in enumerate(pieces):
             request = SynthesisRequest(piece, voice=voice, speed=1.0 if speed is None else speed, params=params,
-                                       prompt=prompt)
+                                       prompt=prompt, reference=reference)
             check_common(request, self.name, self.runtime.traits)
             bounded = replace(request, params=replace(params, max_frames=self.runtime.frame_bound(request)))
             self.runtime.check(bounded)
@@ -135,7 +165,8 @@ class Speaker:
 
     def speak(self, text: str, **options: Any) -> Speech:
         """The whole utterance: the same chunks as ``stream``, joined. Options: ``voice``, ``seed``,
-        ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``, ``prompt`` (those the family takes)."""
+        ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``, ``prompt``, ``voice_ref`` and
+        ``voice_ref_rate`` (those the family takes)."""
         requests = self.requests(text, **options)
         ended: list[str] = []
         parts = list(self._audio(self._chunks(requests, ended)))

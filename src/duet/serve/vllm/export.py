@@ -41,6 +41,9 @@ def vllm_config(meta: dict, frame_slots: int = DEFAULT_FRAME_SLOTS) -> dict:
     from duet.nn.backbone import qwen3_config
 
     config = GepardConfig.from_dict(meta["config"])
+    if config.voice is not None:  # its K prefix vectors would have to enter as prompt embeddings; not built yet
+        raise DuetError(f"{config.name} has a voice compressor, which the vLLM path does not run yet; serve it with "
+                        "duet's own engine (duet serve)")
     bb = config.backbone
     hf = qwen3_config(bb).to_dict()
     hf.pop("attn_implementation", None)

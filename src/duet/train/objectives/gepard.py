@@ -5,6 +5,9 @@
 - LR multipliers (§3.1 item 4, "Split Learning Rates", after Kumar et al. 2022): text embedding x0.2 "to prevent
   catastrophic forgetting and preserve the structure of the pretrained text space", audio interface x0.5; the
   backbone layers and the heads train at the base LR. Parameter names are those of ``duet.gepard.model``.
+- voice compressor (optional, ``GepardConfig.voice``; Gepard §2.6): its L_div and L_supcon join the model's loss
+  and are logged as ``div`` and ``supcon``; the compressor and ``null_prefix`` (``qformer.*``) train at 0.1x the
+  base LR (§2.6.1, ``QFormer.lr_multipliers``).
 - guided attention (optional, off by default; ``duet.gepard.alignment``): a diagonal prior on a few heads,
   added to the loss and logged as ``guided`` (a divergence from the report, for tiny models).
 - diagnostics (§3.1, Figures 2-3): effective rank of the text embedding (the report: ~955 of 1024, no collapse)
@@ -22,11 +25,13 @@ from torch import nn
 
 from duet.gepard.alignment import GuidedAttentionConfig
 from duet.gepard.probes import embedding_ranks
+from duet.gepard.qformer import QFormerConfig, compressor_lr_multipliers
 from duet.train.loop import Objective
 from duet.train.metrics import read_metrics
 
 TEXT_EMBEDDING = "model.embed_tokens."
 AUDIO_INTERFACE = "audio_interface."
+VOICE_COMPRESSOR = "qformer."  # GepardModel.qformer
 TEXT_LR_MULT = 0.2  # Gepard §3.1 item 4
 AUDIO_LR_MULT = 0.5
 
@@ -35,15 +40,17 @@ class GepardPretrain(Objective):
     name = "gepard-pretrain"
 
     def __init__(self, text_lr_mult: float = TEXT_LR_MULT, audio_lr_mult: float = AUDIO_LR_MULT,
-                 guided: GuidedAttentionConfig | None = None):
+                 guided: GuidedAttentionConfig | None = None, voice: QFormerConfig | None = None):
+        """``voice``: the model's ``GepardConfig.voice`` (its compressor's LR multiplier), None without one."""
         self.text_lr_mult = text_lr_mult
         self.audio_lr_mult = audio_lr_mult
         self.guided = guided if guided is not None and guided.enabled else None
+        self.voice = voice
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # a GepardBatch -> the loss dict of duet.gepard.model.gepard_loss (+ "duration" with aligned text input)
         out = model(batch) if self.guided is None else model(batch, guided=self.guided)
-        logged = {k: out[k].detach() for k in ("ce", "stop_bce", "guided", "duration") if k in out}
+        logged = {k: out[k].detach() for k in ("ce", "stop_bce", "guided", "duration", "div", "supcon") if k in out}
         return out["loss"], logged
 
     def evaluate(self, model: nn.Module, batch: Any) -> dict[str, float]:
@@ -54,7 +61,10 @@ class GepardPretrain(Objective):
         return out
 
     def lr_multipliers(self) -> dict[str, float]:
-        return {TEXT_EMBEDDING: self.text_lr_mult, AUDIO_INTERFACE: self.audio_lr_mult}
+        multipliers = {TEXT_EMBEDDING: self.text_lr_mult, AUDIO_INTERFACE: self.audio_lr_mult}
+        if self.voice is not None:
+            multipliers.update(compressor_lr_multipliers(self.voice, VOICE_COMPRESSOR))
+        return multipliers
 
     def diagnostics(self, model: nn.Module) -> dict[str, Any]:
         ranks = embedding_ranks(model)

@@ -6,4 +6,6 @@
 ``luna_realtime``  ``duet train luna-realtime`` / ``luna-realtime-export`` (continual training from a Luna model)
 
 Each module also runs as ``python -m duet.train.recipes.NAME STAGE ...`` (what ``torchrun`` launches).
+
+Post-training (Gepard SFT / DPO, Luna GRPO) scores with ``duet eval``'s metrics and so lives in ``duet.posttrain``.
 """

@@ -33,7 +33,7 @@ from typing import Any
 from duet.errors import DuetError
 from duet.gepard.alignment import GuidedAttentionConfig
 from duet.gepard.checkpoint import save_gepard
-from duet.gepard.config import PRESETS, GepardConfig, preset, with_aligned_input
+from duet.gepard.config import PRESETS, GepardConfig, preset, with_aligned_input, with_voice_prefix
 from duet.gepard.data import GepardData, GepardDataConfig
 from duet.gepard.generate import SamplingConfig
 from duet.gepard.model import GepardModel
@@ -114,7 +114,8 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
 
     timed = cfg.model.aligned is not None or (cfg.guided.enabled and cfg.guided.target == "aligned")
     return driver.run_recipe(cfg, run_dir, model=cfg.model, data=GepardData, data_options=lambda _: {"timed": timed},
-                             build=build, objective=GepardPretrain(guided=cfg.guided), tokenizer=tokenizer,
+                             build=build, objective=GepardPretrain(guided=cfg.guided, voice=cfg.model.voice),
+                             tokenizer=tokenizer,
                              init_from=None if resume else init_from, resume=resume,
                              stop_at_step=stop_at_step, max_minutes=max_minutes, threads=threads,
                              progress=progress)
@@ -125,6 +126,9 @@ def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pa
     """A run's checkpoint -> the shipped format (``duet.gepard.checkpoint``: fp16 weights, config, tokenizer).
 
     By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
+    Pretraining runs only: ``duet train gepard-export`` of a gepard-sft or gepard-dpo run goes to
+    ``duet.posttrain.gepard.export_gepard_post`` instead (``duet.posttrain.cli`` puts a handler in front of this
+    one that sends each run to its own export).
     """
     run = driver.load_run(run_dir, GepardTrainConfig, lambda cfg: GepardModel(cfg.model), "Gepard", checkpoint, best)
     return save_gepard(run.module, run.tokenizer, out_dir, codec=run.codec, info=run.info, sampling=sampling)
@@ -149,9 +153,14 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--aligned", type=int, default=None, metavar="WINDOW",
                    help="aligned text input with WINDOW tokens either side and a duration predictor "
                         "(duet.gepard.aligned; reads the corpus's timing files; a divergence from the report)")
+    p.add_argument("--voice-prefix", action="store_true", default=None,
+                   help="add the voice-cloning compressor (Gepard §2.6: a Q-Former turns a reference clip of the "
+                        "same speaker into K = 8 prefix vectors; duet.gepard.voice); needs a multi-speaker corpus")
+    p.add_argument("--max-reference-frames", type=int, default=None, metavar="N",
+                   help="longest reference window in training with --voice-prefix (default: the compressor's, 1024)")
 
     e = driver.add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 "
-                                 "safetensors)", "checkpoints/gepard-tiny", export_gepard, _sampling)
+                                 "safetensors)", "checkpoints/gepard-tiny", export_gepard, export_sampling)
     e.add_argument("--temperature", type=float, default=None,
                    help="the sampling temperature duet speak and duet serve use for this model by default (0: greedy)")
     e.add_argument("--top-k", type=int, default=None, help="their default top-k for this model (0: off)")
@@ -170,11 +179,16 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
         cfg = replace(cfg, model=replace(cfg.model, text_dropout_prob=args.text_dropout))
     if args.aligned is not None and cfg.model.aligned is None:
         cfg = replace(cfg, model=with_aligned_input(cfg.model, window=args.aligned))
+    if args.voice_prefix and cfg.model.voice is None:
+        cfg = replace(cfg, model=with_voice_prefix(cfg.model))
+    if args.max_reference_frames is not None:
+        cfg = replace(cfg, data=replace(cfg.data, max_reference_frames=args.max_reference_frames))
     return cfg
 
 
-def _sampling(args: argparse.Namespace) -> dict[str, Any]:
-    """``gepard-export``'s own flags -> ``export_gepard``'s ``sampling``: the defaults a shipped model carries."""
+def export_sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """``gepard-export``'s own flags -> ``export_gepard``'s ``sampling``: the defaults a shipped model carries (also
+    read by the post-training export, ``duet.posttrain.cli``)."""
     if args.temperature is not None:
         SamplingConfig(temperature=args.temperature)  # the same checks as at inference: one clear line if bad
     if args.top_k is not None:

@@ -63,6 +63,7 @@ SOURCES = {
     "base": {"festival", "espeak", "asterisk", "pocketsphinx"},
     "joe": {"piper"},
     "large": {"piper", "festival", "flite", "espeak", "asterisk", "pocketsphinx"},
+    "expressive": {"piper", "festival", "flite", "espeak"},
 }
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from duet.data.expressive import manifest_events
 from duet.data.manifest import Utterance, write_manifest
 from duet.data.plan import CorpusPreset, PlannedUtterance, plan_corpus
 from duet.data.sources.base import Renderer, RenderItem, finished_duration
@@ -167,7 +168,7 @@ def build_corpus(
 
     entries = [
         Utterance(u.id, u.text, u.language, u.speaker, u.path, round(durations[u.id], 4), u.source, u.split,
-                  u.text_source)
+                  u.text_source, u.emotion, manifest_events(root / u.path) if u.emotion else ())
         for u in plan.utterances
         if u.id in durations
     ]

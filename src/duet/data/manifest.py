@@ -7,7 +7,10 @@ One JSON object per line, one line per utterance::
 
 `path` is relative to the manifest's directory; `duration` is in seconds, measured from the written audio file;
 `text_source` names the text collection a synthesised sentence was drawn from (empty for recordings and for
-manifests written before it existed).
+manifests written before it existed). Expressive readings (``duet.data.expressive``) add two fields, written only
+when set, so other manifests are unchanged: `emotion` (the speaking style, an emotion token's name) and `events`
+(each inline non-verbal event of the text as `[name, start_s, end_s]`, in text order; the text holds their tags,
+``"Well [laughter] I never."``).
 
 Splits are made by sentence, not by utterance: every utterance whose normalised text is the same lands in the same
 split, so a test sentence is never heard in training, whichever speakers read it.
@@ -40,6 +43,25 @@ class Utterance:
     source: str  # festival | espeak | flite | piper | asterisk | pocketsphinx
     split: str  # train | val | test
     text_source: str = ""  # where a synthesised text came from: fortunes, templates, words, tdavid, web, ...
+    emotion: str = ""  # expressive readings: the speaking style (duet.text.tokens.EMOTIONS)
+    events: tuple[tuple[str, float, float], ...] = ()  # expressive readings: (event, start_s, end_s) per tag
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.events, tuple) or (self.events and not isinstance(self.events[0], tuple)):  # JSON
+            object.__setattr__(self, "events", tuple((str(n), float(a), float(b)) for n, a, b in self.events))
+
+
+_WRITTEN_WHEN_SET = ("emotion", "events")  # absent from a line when empty, as in manifests before them
+
+
+def _row(utt: Utterance) -> dict:
+    row = asdict(utt)
+    for key in _WRITTEN_WHEN_SET:
+        if not row[key]:
+            del row[key]
+    if "events" in row:
+        row["events"] = [[n, round(a, 4), round(b, 4)] for n, a, b in row["events"]]
+    return row
 
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
@@ -75,7 +97,7 @@ def write_manifest(path: str | Path, utterances: Iterable[Utterance]) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for utt in utterances:
-            f.write(json.dumps(asdict(utt), ensure_ascii=False) + "\n")
+            f.write(json.dumps(_row(utt), ensure_ascii=False) + "\n")
     os.replace(tmp, path)
     return path
 

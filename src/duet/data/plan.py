@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from duet.data.everyday import everyday_sentences
+from duet.data.expressive import ExpressiveQuota, plan_readings
 from duet.data.manifest import assign_split
 from duet.data.sources.asterisk import AsteriskPrompts, list_prompts
 from duet.data.sources.base import Renderer
@@ -55,6 +56,8 @@ class CorpusPreset:
     # language -> text collections its voices read (duet.data.text_sources.sourced_pool); a language not named
     # here reads the first corpus's pool (fortunes + templates, `sentence_pool`), drawn as `base` always drew it
     text_sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # voices read in speaking styles with inline non-verbal events (duet.data.expressive); planned after the rest
+    expressive: tuple[ExpressiveQuota, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class PlannedUtterance:
     renderer: Renderer
     origin: str = ""  # recordings: the source file
     text_source: str = ""  # synthesised speech: the text collection (manifest `text_source`)
+    emotion: str = ""  # expressive readings: the speaking style (manifest `emotion`)
 
 
 @dataclass
@@ -111,11 +115,14 @@ def plan_corpus(preset: CorpusPreset, seed: int = 0) -> Plan:
     out: list[PlannedUtterance] = []
     dropped: dict[str, Counter[str]] = {}
 
-    def add(uid: str, text: str, renderer: Renderer, origin: str = "", text_source: str = "") -> None:
-        split = assign_split(text, seed, preset.val_fraction, preset.test_fraction)
+    def add(uid: str, text: str, renderer: Renderer, origin: str = "", text_source: str = "", emotion: str = "",
+            spoken: str | None = None) -> None:
+        # split by the spoken words: a tagged reading lands in its sentence's split
+        split = assign_split(text if spoken is None else spoken, seed, preset.val_fraction, preset.test_fraction)
         path = f"wavs/{renderer.name}/{uid}.wav"
         lang, name, source = renderer.language, renderer.name, renderer.source
-        out.append(PlannedUtterance(uid, text, lang, name, source, path, split, renderer, origin, text_source))
+        out.append(PlannedUtterance(uid, text, lang, name, source, path, split, renderer, origin, text_source,
+                                    emotion))
 
     short = short_utterances(preset.short_pool, seed) if any(q.short for q in preset.voices) else []
     for quota in preset.voices:
@@ -144,6 +151,13 @@ def plan_corpus(preset: CorpusPreset, seed: int = 0) -> Plan:
         for rec in list_recordings(preset.pocketsphinx):
             speaker = RecordedSpeaker(rec.speaker, "pocketsphinx", "en")
             add(f"pocketsphinx-en-{_slug(rec.name)}", rec.text, speaker, str(rec.path))
+
+    for equota in preset.expressive:
+        voice = equota.voice
+        rng = random.Random(f"{seed}:{voice.name}:expressive")
+        picked = _pick_sentences(preset, voice.language, equota.sentences, seed, rng)
+        for tagged, text, text_source, spk, style in plan_readings(equota, picked, seed):
+            add(_text_id(spk.name, tagged), tagged, spk, text_source=text_source, emotion=style, spoken=text)
 
     ids = Counter(u.id for u in out)
     clashes = [i for i, n in ids.items() if n > 1]

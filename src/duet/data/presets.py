@@ -1,6 +1,7 @@
 """Named corpus presets: `tiny` (tests; under a minute on 2 cores), `base` (~10 h; the first shipped models'
-corpus, kept as it was), `joe` (12+ h of the neural Piper voice alone, for single-voice demo models) and `large`
-(25+ h of English over many voices, `joe`'s Piper audio included, plus the other languages as in `base`).
+corpus, kept as it was), `joe` (12+ h of the neural Piper voice alone, for single-voice demo models), `large`
+(25+ h of English over many voices, `joe`'s Piper audio included, plus the other languages as in `base`) and
+`expressive` (`joe` plus styled readings with inline non-verbal events, `duet.data.expressive`).
 
 `joe` and `large` read ten times `base`'s distinct text: the fortunes, the templates and four books
 (``duet.data.books``), each sentence tagged with its collection (the manifest's `text_source`).
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from duet.data.expressive import ExpressiveQuota
 from duet.data.plan import CorpusPreset, SpeakerQuota
 from duet.data.sources.asterisk import AsteriskPrompts
 from duet.data.sources.espeak import EspeakSpeaker
@@ -224,7 +226,25 @@ def large() -> CorpusPreset:
     return replace(base(), name="large", voices=voices, text_sources={"en": LARGE_TEXTS, "es": ("fortunes", "sparv")})
 
 
-PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base, "joe": joe, "large": large}
+def expressive() -> CorpusPreset:
+    """`joe` plus its voice in six speaking styles (neutral, happy, sad, angry, surprised, whisper: each sentence
+    read in all six) with breath, cough, laughter and sigh spliced into half of the readings, and a few other voices
+    in the same styles so a style is not one voice's habit (the emotion classifier, ``duet.eval.emotion``, trains on
+    them all): Festival slt and Flite awb with events (both write word timing), espeak-ng without (it writes none).
+
+    About 600 x 6 Piper readings (~4.5 h) and 150 x 6 for each other voice (~2.5 h) on top of `joe`'s 12.4 h;
+    `--reuse` a built `joe` to link its audio. Roughly 15-25 minutes on 2 cores besides `joe`."""
+    styled = (
+        ExpressiveQuota(piper(), sentences=600),
+        ExpressiveQuota(festival("cmu_us_slt_arctic_hts"), sentences=150),
+        ExpressiveQuota(flite("awb"), sentences=150),
+        ExpressiveQuota(espeak("en-us", "f3", pitch=60, rate=165), sentences=150, event_share=0.0),
+    )
+    return replace(joe(), name="expressive", expressive=styled)
+
+
+PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base, "joe": joe, "large": large,
+                                                  "expressive": expressive}
 
 
 def get_preset(name: str) -> CorpusPreset:

@@ -33,6 +33,9 @@ def register(subparsers) -> None:
     wer.set_defaults(func=run_wer)
     _register_sets_and_runs(evsub)
     _register_arena(evsub)
+    from duet.eval.expressive_cli import register as register_expressive
+
+    register_expressive(evsub)
 
 
 def run_wer(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@
 Tiny TTS models never see enough "$3.50" to learn how it is read, so numbers, money, percentages, dates, times,
 ordinals and common abbreviations become words before tokenisation. American reading throughout, no "and" inside
 numbers ("one hundred twenty-three"). Pure Python, rule based, no network; anything it does not recognise is left
-as written. Service tokens (``<|...|>``, inline ``[laughter]``) pass through untouched.
+as written. Service tokens (``<|...|>``, inline ``[laughter]``) pass through untouched; other spellings of an
+inline event (``[laugh]``, ``[Sighs]``) become its token first (``duet.text.tags.canonical_tags``).
 
 Known limits, chosen for cheapness: a four-digit number from 1100 to 2099 without a comma is read as a year
 ("1999" -> "nineteen ninety-nine", "1500 meters" -> "fifteen hundred meters"); "Dr."/"St." before a capitalised
@@ -13,6 +14,8 @@ word are titles ("Doctor", "Saint"), elsewhere street names ("Drive", "Street");
 from __future__ import annotations
 
 import re
+
+from duet.text.tags import canonical_tags
 
 _ONES = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
@@ -274,7 +277,7 @@ def _normalize_plain(text: str) -> str:
 
 def normalize_text(text: str) -> str:
     """Words for digits, money, percentages, dates, times, ordinals and abbreviations; one space between words."""
-    pieces = _SERVICE_RE.split(text)  # odd indices are service tokens, kept verbatim
+    pieces = _SERVICE_RE.split(canonical_tags(text))  # odd indices are service tokens, kept verbatim
     text = "".join(p if i % 2 else _normalize_plain(p) for i, p in enumerate(pieces))
     text = _SPACE_RE.sub(" ", text).strip()
     return _SPACE_BEFORE_PUNCT_RE.sub(r"\1", text)

@@ -11,7 +11,8 @@ normaliser does nothing, and the one file says which espeak-ng voice makes its i
 sees the marker and returns a :class:`PhonemeTokenizer`, whose ``encode`` phonemises first; every caller that
 encodes text (training data, ``duet speak``, the serving adapters) is unchanged.
 
-What is phonemised: the text between service tokens (``[laughter]``, ``<|emo_happy|>`` pass through whole), in
+What is phonemised: the text between service tokens (``[laughter]``, ``<|emo_happy|>`` pass through whole; ``[laugh]``
+and other spellings of an event become its token first, ``duet.text.tags``), in
 pieces cut at punctuation, which espeak-ng would drop; the punctuation is kept between the pieces' IPA so that
 pauses stay visible to the model. Needs the ``espeak-ng`` program (install.sh installs it).
 """
@@ -25,6 +26,7 @@ import subprocess
 from collections.abc import Sequence
 
 from duet.errors import DuetError
+from duet.text.tags import canonical_tags
 from duet.text.tokens import SERVICE_TOKEN_RE
 
 MARK = "\u2063duet-phonemes:"  # U+2063 INVISIBLE SEPARATOR: no text a user types contains it
@@ -68,7 +70,7 @@ def _espeak(pieces: Sequence[str], voice: str) -> list[str]:
 def _split(text: str) -> list[tuple[bool, str]]:
     """``text`` -> [(to_phonemise, piece)]: service tokens and punctuation runs are kept as they are."""
     out: list[tuple[bool, str]] = []
-    for part in SERVICE_TOKEN_RE.split(text):
+    for part in SERVICE_TOKEN_RE.split(canonical_tags(text)):
         if not part:
             continue
         if SERVICE_TOKEN_RE.fullmatch(part):

@@ -1,0 +1,110 @@
+"""What a speaking style does to a voice's audio after synthesis: pitch shift, whisper, spectral tilt, gain.
+
+Every effect keeps the number of samples, so a timing sidecar written for the audio stays valid. Pitch goes
+through sox ``pitch`` (as the Festival variants already do: WSOLA, length kept, formants move a little). Whisper
+is a linear-prediction vocoder: each 25 ms frame's spectral envelope (LPC of order 2 + kHz, on pre-emphasised
+audio) filters white noise instead of the voice's own excitation, scaled to the frame's energy and overlap-added
+with a Hann window; the words keep their formants and timing and lose their pitch. Tilt is a first-order shelf,
+loudness kept. The noise is drawn from a seed, so a style's audio is reproducible.
+
+Shape legend: S samples, N samples per frame, P prediction order.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from scipy.linalg import solve_toeplitz
+from scipy.signal import lfilter
+
+from duet.data.sources.base import run_tool
+from duet.data.styles import Style
+from duet.errors import DuetError
+
+PEAK = 0.99  # louder styles are scaled down to this peak rather than clipped
+_PRE_EMPHASIS = 0.9
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
+
+
+def pitch_shift(audio: np.ndarray, sample_rate: int, semitones: float) -> np.ndarray:
+    """(S,) -> (S,) shifted by ``semitones`` with sox ``pitch`` (length kept; trimmed or padded to S exactly)."""
+    if not semitones:
+        return audio
+    with tempfile.TemporaryDirectory(prefix="duet-pitch-") as tmp:
+        src, dst = Path(tmp) / "in.wav", Path(tmp) / "out.wav"
+        sf.write(str(src), audio, sample_rate, subtype="FLOAT")
+        err = run_tool(["sox", str(src), str(dst), "pitch", f"{100 * semitones:.0f}"], timeout=60)
+        if err:
+            raise DuetError(err)
+        shifted, _ = sf.read(str(dst), dtype="float32")
+    out = np.zeros_like(audio)
+    n = min(len(out), len(shifted))
+    out[:n] = shifted[:n]
+    return out
+
+
+def whisper(audio: np.ndarray, sample_rate: int, seed: int = 0) -> np.ndarray:
+    """(S,) -> (S,): the same spectral envelope and energy per 25 ms frame, excited by white noise."""
+    x = lfilter([1.0, -_PRE_EMPHASIS], [1.0], audio.astype(np.float64))
+    n = int(0.025 * sample_rate) // 2 * 2
+    hop = n // 2
+    order = 2 + sample_rate // 1000
+    window = np.hanning(n + 1)[:n]  # periodic Hann: halves overlap-add to one
+    frames = max(1, int(np.ceil(len(x) / hop)) + 1)
+    padded = np.zeros((frames + 1) * hop + n)
+    padded[hop : hop + len(x)] = x
+    out = np.zeros_like(padded)
+    rng = np.random.default_rng(seed)
+    for k in range(frames):
+        frame = padded[k * hop : k * hop + n] * window  # (N,)
+        energy = _rms(frame)
+        if energy < 1e-6:
+            continue
+        r = np.correlate(frame, frame, "full")[n - 1 : n + order]  # (P + 1,) autocorrelation at lags 0..P
+        r[0] *= 1.0 + 1e-6  # a little white-noise correction keeps the system well conditioned
+        try:
+            a = solve_toeplitz(r[:-1], r[1:])  # (P,) predictor coefficients
+        except np.linalg.LinAlgError:
+            continue
+        noise = rng.standard_normal(n + 4 * order)
+        shaped = lfilter([1.0], np.concatenate(([1.0], -a)), noise)[4 * order :] * window  # (N,)
+        scale = energy / max(_rms(shaped), 1e-12)
+        out[k * hop : k * hop + n] += shaped * scale
+    y = lfilter([1.0], [1.0, -_PRE_EMPHASIS], out[hop : hop + len(x)])
+    return y.astype(np.float32)
+
+
+def tilt(audio: np.ndarray, amount: float) -> np.ndarray:
+    """(S,) -> (S,) with a first-order spectral tilt, loudness (RMS) kept: ``amount`` > 0 differentiates a little
+    (brighter), < 0 smooths a little (darker)."""
+    if not amount:
+        return audio
+    x = audio.astype(np.float64)
+    c = 0.9 * abs(amount)
+    y = lfilter([1.0, -c], [1.0], x) if amount > 0 else lfilter([1.0 - c], [1.0, -c], x)
+    return (y * (_rms(x) / max(_rms(y), 1e-12))).astype(np.float32)
+
+
+def gain(audio: np.ndarray, db: float) -> np.ndarray:
+    """(S,) -> (S,) louder by ``db``, then scaled down as a whole if its peak would pass :data:`PEAK`."""
+    y = audio.astype(np.float32) * np.float32(10 ** (db / 20))
+    peak = float(np.max(np.abs(y))) if y.size else 0.0
+    return y * np.float32(PEAK / peak) if peak > PEAK else y
+
+
+def apply_style(audio: np.ndarray, sample_rate: int, style: Style, *, shift_pitch: bool, seed: int = 0,
+                ) -> np.ndarray:
+    """The post-synthesis part of ``style``: pitch (when the synthesiser could not, ``shift_pitch``), whisper,
+    tilt, gain. (S,) -> (S,)."""
+    y = np.asarray(audio, dtype=np.float32).reshape(-1)
+    if shift_pitch:
+        y = pitch_shift(y, sample_rate, style.semitones)
+    if style.whisper:
+        y = whisper(y, sample_rate, seed)
+    return gain(tilt(y, style.tilt), style.gain_db)

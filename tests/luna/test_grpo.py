@@ -16,13 +16,12 @@ from duet.luna.decode import DecodeConfig, guidance_rows, maskgit_decode
 from duet.luna.grpo import (
     GRPOConfig,
     clipped_surrogate,
-    condition_rows,
     group_advantages,
     grpo_loss,
     kl_k3,
     replay,
 )
-from duet.luna.model import LunaInputs, LunaModel
+from duet.luna.model import LunaInputs, LunaModel, condition_rows
 from duet.luna.rewards import CandidateScore, lexicographic_rewards
 from duet.luna.trajectory import TrajectoryRecorder
 
@@ -159,14 +158,22 @@ def test_effective_log_prob_equals_a_naive_recomputation(make_config, policy):
     assert not traj.old_log_probs[outside].any() and not replayed[outside].any()
 
 
-def test_condition_rows_are_the_rows_logits_fn_builds(make_config):
+def test_condition_rows_repeat_each_condition_and_drop_text_only_where_unconditional(make_config):
     model = _model(make_config)
     inputs = _inputs(model)
     tokens = torch.randint(0, 17, (6, 6, 2), generator=torch.Generator().manual_seed(3))
     conditional = guidance_rows(3, POLICIES[0])
-    with torch.no_grad():
-        mine = model(condition_rows(inputs, tokens, conditional))
-    assert torch.equal(mine, model.logits_fn(inputs)(tokens, conditional))
+    rows = condition_rows(inputs, tokens, conditional)
+    prompt, prompt_lengths = inputs.prompt_or_empty()
+    for i in range(tokens.shape[0]):
+        b = i % inputs.batch_size
+        assert torch.equal(rows.text_ids[i], inputs.text_ids[b])
+        assert int(rows.text_lengths[i]) == (int(inputs.text_lengths[b]) if conditional[i] else 0)
+        assert torch.equal(rows.target[i], tokens[i])
+        assert int(rows.target_lengths[i]) == int(inputs.target_lengths[b])
+        assert torch.equal(rows.prompt[i], prompt[b]) and int(rows.prompt_lengths[i]) == int(prompt_lengths[b])
+    with pytest.raises(DuetError):
+        condition_rows(inputs, tokens[:5], conditional[:5])
 
 
 def _naive_surrogate(new, old, adv, valid, eps):

@@ -18,6 +18,8 @@ CHROMIUM = os.environ.get("DUET_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--mute-audio", "--autoplay-policy=no-user-gesture-required",
+         # a fake microphone (a beeping tone) that pages may use without a permission prompt: MediaRecorder tests
+         "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
          "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0")
 
 
@@ -126,9 +128,11 @@ class Page:
         raise TimeoutError(f"timed out waiting for {expression}")
 
     def click(self, selector: str) -> None:
-        """A real mouse click at the element's centre (a user gesture, as far as the page can tell)."""
-        box = self.eval(f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
-                        ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+        """A real mouse click at the element's centre (a user gesture, as far as the page can tell), scrolled into
+        the window first (a click outside it hits nothing)."""
+        box = self.eval(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                        "e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect(); "
+                        "return [r.x + r.width / 2, r.y + r.height / 2]; })()")
         for kind in ("mousePressed", "mouseReleased"):
             self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 
@@ -136,6 +140,12 @@ class Page:
         """Focus the element and type ``text`` as keyboard input would insert it."""
         self.eval(f"document.querySelector({json.dumps(selector)}).focus()")
         self.call("Input.insertText", text=text)
+
+    def set_files(self, selector: str, *paths: str | Path) -> None:
+        """Choose files in an ``<input type=file>`` as the file dialog would (the page gets its change event)."""
+        root = self.call("DOM.getDocument")["root"]["nodeId"]
+        node = self.call("DOM.querySelector", nodeId=root, selector=selector)["nodeId"]
+        self.call("DOM.setFileInputFiles", nodeId=node, files=[str(Path(p).resolve()) for p in paths])
 
     def screenshot(self, path: str | Path) -> None:
         import base64

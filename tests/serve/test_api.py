@@ -104,7 +104,7 @@ def test_speed_voice_object_and_instructions_reach_the_adapter(api):
                response_format="pcm")
     assert r.status_code == 200 and len(r.content) == 10 * SPF * 2  # the mock speaks ceil(chars / speed) frames
     seen = adapter.prefilled[-1]
-    assert (seen.voice, seen.instructions, seen.speed) == ("echo", "happy", 2.0)
+    assert (seen.voice, seen.emotion, seen.speed) == ("echo", "happy", 2.0)  # instructions read as an emotion
 
 
 def test_queue_full_answers_429_with_retry_after(never_stop):

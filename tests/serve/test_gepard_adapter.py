@@ -152,7 +152,7 @@ def test_engine_serves_gepard_with_stop_and_bound(model):
 
 def test_what_gepard_cannot_do_yet_is_a_clear_400(model):
     adapter = adapter_for(model)
-    for request in (SynthesisRequest(text="x", voice="nobody"), SynthesisRequest(text="x", instructions="sad"),
+    for request in (SynthesisRequest(text="x", voice="nobody"), SynthesisRequest(text="x", emotion="sad"),
                     SynthesisRequest(text="x", speed=2.0),
                     SynthesisRequest(text="x", reference=torch.zeros(10).numpy()),
                     SynthesisRequest(text="x" * 600)):

@@ -240,10 +240,3 @@ def test_duet_speak_voice_ref_on_a_real_fsq_codec(tmp_path, capsys):
     with pytest.raises(DuetError, match="cannot clone a voice from reference audio"):
         duet.load(without).speak("Hi.", voice_ref=ref)
 
-
-def test_the_vllm_export_refuses_a_model_with_a_compressor():
-    from duet.serve.vllm.export import vllm_config
-
-    with pytest.raises(DuetError, match="voice compressor"):
-        vllm_config({"config": micro_model().config.to_dict()})
-    assert vllm_config({"config": micro_model(voice=False).config.to_dict()})["architectures"] == ["GepardForTTS"]

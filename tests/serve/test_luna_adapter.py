@@ -175,7 +175,7 @@ def test_batched_engine_audio_equals_solo_audio(adapter):
     (SynthesisRequest(text="hi", speed=0.0), "speed", None),
     (SynthesisRequest(text="hi", speed=-1.0), "speed", None),
     (SynthesisRequest(text="hi", speed=math.nan), "speed", None),
-    (SynthesisRequest(text="hi", instructions="whisper"), "instructions", None),
+    (SynthesisRequest(text="hi", emotion="bored"), "instructions", "invalid_value"),
     (SynthesisRequest(text="hi", params=SamplingParams(top_p=0.9)), "top_p", None),
     (SynthesisRequest(text=" ".join(["word"] * 300)), "input", "context_length_exceeded"),
 ])

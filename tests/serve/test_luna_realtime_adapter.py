@@ -214,7 +214,7 @@ def test_end_of_speech_at_once_stops_with_no_frames(tmp_path_factory, adapter):
     (SynthesisRequest(text="  \n "), "input", None),
     (SynthesisRequest(text="hi", speed=2.0), "speed", None),
     (SynthesisRequest(text="hi", speed=math.nan), "speed", None),
-    (SynthesisRequest(text="hi", instructions="whisper"), "instructions", None),
+    (SynthesisRequest(text="hi", emotion="bored"), "instructions", "invalid_value"),
     (SynthesisRequest(text="hi", params=SamplingParams(top_p=0.9)), "top_p", None),
     (SynthesisRequest(text=" ".join(["word"] * 300)), "input", "context_length_exceeded"),
     (SynthesisRequest(text=" ".join(["word"] * 600)), "input", "context_length_exceeded"),  # no positions left

@@ -9,7 +9,11 @@ duet installed with its ``vllm.general_plugins`` entry point). duet's side runs 
    seeded sampling (temperature 1) equals the built-in engine's frames for the same seed;
 2. the same for a model with aligned text input (its duration predictor lays the text out; the client sends each
    request's aligned vectors): greedy frames equal ``generate``'s, seeded frames the built-in engine's, at a speed;
-3. ``duet serve --engine vllm --model NAME`` resolves the name as the built-in engine does and serves the model
+3. a model with the voice compressor (its prefix computed in the client, sent as the first prompt embeddings):
+   with a reference clip, greedy frames equal ``generate``'s with the clip's prefix and seeded frames the built-in
+   engine's; without one, the built-in engine's with ``null_prefix``; ``duet serve --engine vllm`` takes the clip
+   as the speech API's ``reference_audio`` and its audio equals the built-in engine's for the seed;
+4. ``duet serve --engine vllm --model NAME`` resolves the name as the built-in engine does and serves the model
    under the built-in engine's id (and an alias); its greedy audio equals the codec's decoding of duet's greedy
    frames, concurrent streams finish and free their slots, vLLM's KV cache is sized to the limits (the engine
    process stays far below the 6.7 GB it took with vLLM's default), and stopping leaves no process and no export.
@@ -17,22 +21,26 @@ duet installed with its ``vllm.general_plugins`` entry point). duet's side runs 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.codecs.registry import build, save_pretrained
 from duet.gepard.checkpoint import load_gepard, save_gepard
-from duet.gepard.config import gepard_tiny, with_aligned_input
+from duet.gepard.config import gepard_tiny, with_aligned_input, with_voice_prefix
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.serve.adapter import SynthesisRequest
@@ -48,11 +56,12 @@ pytestmark = pytest.mark.skipif(not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X
 NEVER = 0.999  # a stop threshold the random stop head (p ~ 0.4-0.5) never crosses
 
 
-def make_tiny(root: Path, aligned: bool = False) -> dict:
+def make_tiny(root: Path, aligned: bool = False, voice: bool = False) -> dict:
     torch.manual_seed(0)
     tokenizer = save_bpe(train_bpe(["hello world, this is a tiny test of a speaking model"] * 20,
                                    BPEConfig(vocab_size=300)), root / "tokenizer.json")
-    model = GepardModel(with_aligned_input(gepard_tiny()) if aligned else gepard_tiny())
+    config = with_aligned_input(gepard_tiny()) if aligned else gepard_tiny()
+    model = GepardModel(with_voice_prefix(config) if voice else config)
     if aligned:
         with torch.no_grad():  # about 3 frames per token (a random-init predictor gives ~0)
             model.duration.head.bias.fill_(1.2)
@@ -74,20 +83,41 @@ def tiny_aligned(tmp_path_factory):
     return make_tiny(tmp_path_factory.mktemp("gepard-tiny-aligned"), aligned=True)
 
 
-def reference(tiny, text: str, bound: int, stop_threshold: float, speed: float = 1.0) -> tuple[list, str, list[float]]:
-    """duet's own greedy sampler: frames (T, C), how it ended, stop probabilities per step."""
+@pytest.fixture(scope="module")
+def tiny_voice(tmp_path_factory):
+    """gepard-tiny with the voice compressor, and a reference clip (noise, 1.5 s) written as 16-bit WAV at the
+    codec's rate: ``ref.wav`` and its samples as every reader gets them, ``ref``."""
+    tiny = make_tiny(tmp_path_factory.mktemp("gepard-tiny-voice"), voice=True)
+    from duet.audio import load_audio
+    from duet.codecs import load
+
+    tiny["codec_model"] = codec = load(tiny["codec"])
+    clip = 0.5 * np.random.default_rng(0).uniform(-1, 1, int(1.5 * codec.sample_rate))
+    sf.write(tiny["root"] / "ref.wav", clip, codec.sample_rate, subtype="PCM_16")
+    tiny["ref"] = load_audio(tiny["root"] / "ref.wav", sample_rate=codec.sample_rate)[0]
+    return tiny
+
+
+def reference(tiny, text: str, bound: int, stop_threshold: float, speed: float = 1.0,
+              prefix: torch.Tensor | None = None) -> tuple[list, str, list[float]]:
+    """duet's own greedy sampler: frames (T, C), how it ended, stop probabilities per step (``prefix`` (1, K, D):
+    a voice prefix; a model with the compressor reads ``null_prefix`` without one)."""
     ids = tiny["encode"](text)
     config = SamplingConfig(temperature=0, stop_threshold=stop_threshold, max_frames=bound, margin_frames=bound)
-    result = generate(tiny["loaded"].model, GepardPrompt(torch.tensor([ids]), speed=speed), config=config)
+    prompt = GepardPrompt(torch.tensor([ids]), prefix=prefix, speed=speed)
+    result = generate(tiny["loaded"].model, prompt, config=config)
     n = int(result.lengths[0])
     return result.codes[0, :, :n].T.tolist(), result.ended[0], result.probes.stop_prob[0].tolist()
 
 
-def builtin_engine(tiny, text: str, params: SamplingParams, seed: int, speed: float = 1.0) -> list:
-    """Packed frames (T, G) from duet's built-in serving adapter, seeded exactly as the engine seeds it."""
-    codec = type("PackedCodec", (), {"codebook_sizes": (FSQConfig().codebook_size,) * 8})()
+def builtin_engine(tiny, text: str, params: SamplingParams, seed: int, speed: float = 1.0, codec=None,
+                   reference: np.ndarray | None = None) -> list:
+    """Packed frames (T, G) from duet's built-in serving adapter, seeded exactly as the engine seeds it; a
+    ``reference`` clip (at ``codec``'s rate) is encoded by ``codec``, else no codec runs."""
+    codec = codec or type("PackedCodec", (), {"codebook_sizes": (FSQConfig().codebook_size,) * 8})()
     adapter = GepardRuntime(tiny["loaded"].model, codec, tiny["encode"])
-    (state,) = adapter.prefill([SynthesisRequest(text=text, params=params, speed=speed)], [seed])
+    request = SynthesisRequest(text=text, params=params, speed=speed, reference=reference)
+    (state,) = adapter.prefill([request], [seed])
     frames = []
     while len(frames) < params.max_frames:
         (out,) = adapter.step([state])
@@ -176,23 +206,76 @@ def test_vllm_frames_of_an_aligned_model_equal_duets(tiny_aligned):
     assert not leftovers, leftovers  # every request's table was removed when it ended
 
 
+def test_vllm_clones_a_voice_with_duets_frames(tiny_voice):
+    from duet.gepard.voice import reference_prefix
+
+    codec, clip = tiny_voice["codec_model"], tiny_voice["ref"]
+    with torch.no_grad():
+        prefix = reference_prefix(tiny_voice["loaded"].model, codec, clip)  # (1, K, D)
+    greedy, greedy_end, _ = reference(tiny_voice, "hello world", 16, NEVER, prefix=prefix)
+    plain_greedy, _, _ = reference(tiny_voice, "hello world", 16, NEVER)  # null_prefix
+    assert greedy_end == "bound" and len(greedy) == 16 and greedy != plain_greedy  # the clip moves the frames
+    sampled = SamplingParams(temperature=1.0, seed=99, stop_threshold=NEVER, max_frames=16)
+    cloned = builtin_engine(tiny_voice, "this is a test", sampled, seed=99, codec=codec, reference=clip)
+    plain = builtin_engine(tiny_voice, "this is a test", sampled, seed=99)
+
+    ref = str(tiny_voice["root"] / "ref.wav")
+    requests = [{"text": "hello world", "bound": 16, "temperature": 0.0, "stop_threshold": NEVER, "reference": ref},
+                {"text": "this is a test", "bound": 16, "temperature": 1.0, "seed": 99, "stop_threshold": NEVER,
+                 "reference": ref},
+                {"text": "this is a test", "bound": 16, "temperature": 1.0, "seed": 99, "stop_threshold": NEVER}]
+    req_file, out_file = tiny_voice["root"] / "requests.json", tiny_voice["root"] / "out.json"
+    req_file.write_text(json.dumps(requests))
+    proc = run_vllm("-m", "duet.serve.vllm.run", str(tiny_voice["vllm"]), str(req_file), str(out_file),
+                    "--codec", str(tiny_voice["codec"]))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(out_file.read_text())["results"]
+
+    assert got[0] == {"frames": greedy, "ended": "bound"}
+    fsq = GroupFSQ(FSQConfig())
+    packed = [fsq.fold(torch.tensor(g["frames"]).T[None])[0].T.tolist() for g in got[1:]]  # (T, G) each
+    assert packed == [cloned, plain] and cloned != plain
+
+
+def test_duet_serve_engine_vllm_clones_from_reference_audio(tiny_voice):
+    codec, clip = tiny_voice["codec_model"], tiny_voice["ref"]
+    sampled = SamplingParams(temperature=1.0, seed=5, stop_threshold=NEVER, max_frames=12)
+    frames = builtin_engine(tiny_voice, "hello world", sampled, seed=5, codec=codec, reference=clip)  # (T, G)
+    expected = codec.decode(torch.tensor(frames).T[None]).audio[0].detach().numpy()
+    body = {"model": tiny_voice["duet"].name, "input": "hello world", "temperature": 1.0, "seed": 5,
+            "stop_threshold": NEVER, "max_frames": 12, "response_format": "pcm",
+            "reference_audio": base64.b64encode((tiny_voice["root"] / "ref.wav").read_bytes()).decode()}
+    with serving(tiny_voice) as (url, _, _):
+        assert httpx.get(f"{url}/v1/audio/voices").json()["cloning"] is True  # what the web page reads
+        r = httpx.post(f"{url}/v1/audio/speech", timeout=120, json=body)
+        assert r.status_code == 200, r.text
+        served = np.frombuffer(r.content, "<i2").astype(np.float64) / 32767
+        assert served.shape == expected.shape == (12 * codec.samples_per_frame,)
+        np.testing.assert_allclose(served, np.clip(expected, -1, 1), atol=3 / 32767)
+        bad = httpx.post(f"{url}/v1/audio/speech", timeout=60, json={**body, "reference_audio": "bm90IGF1ZGlv"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "reference_audio"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def test_duet_serve_engine_vllm(tiny):
+@contextmanager
+def serving(tiny, *args: str) -> Iterator[tuple[str, subprocess.Popen, Path]]:
+    """``duet serve --engine vllm`` of ``tiny`` by name from its checkpoints root (as a shipped model is served)
+    with its codec and ``args``, up and healthy -> (its URL, the process, its TMPDIR); killed at the end if it
+    still runs."""
     port = _free_port()
     temp = tiny["root"] / "tmp"
     temp.mkdir()
-    name = tiny["duet"].name  # served by name from a checkpoints root, as a shipped model is
     env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # the computed size
     env.update(DUET_CHECKPOINTS=str(tiny["root"]), TMPDIR=str(temp))
     log = open(tiny["root"] / "serve.log", "w")
-    proc = subprocess.Popen([VLLM_PYTHON, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", name,
-                             "--codec", str(tiny["codec"]), "--port", str(port), "--model-alias", "tts-1",
-                             "--max-batch", "4", "--log-level", "warning"], env=env, stdout=log, stderr=log)
+    proc = subprocess.Popen([VLLM_PYTHON, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", tiny["duet"].name,
+                             "--codec", str(tiny["codec"]), "--port", str(port), "--log-level", "warning", *args],
+                            env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600
@@ -205,7 +288,17 @@ def test_duet_serve_engine_vllm(tiny):
                 pass
             assert time.monotonic() < deadline, "duet serve --engine vllm did not come up"
             time.sleep(1)
+        yield url, proc, temp
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        log.close()
 
+
+def test_duet_serve_engine_vllm(tiny):
+    name = tiny["duet"].name
+    with serving(tiny, "--model-alias", "tts-1", "--max-batch", "4") as (url, proc, temp):
         assert len(list(temp.glob("duet-vllm-*"))) == 1  # the checkpoint's export, while it serves
         models = [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
         assert models[0] == name == "gepard-test" and "tts-1" in models
@@ -246,11 +339,6 @@ def test_duet_serve_engine_vllm(tiny):
         time.sleep(2)
         assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "vLLM processes outlived the server"
         assert not list(temp.glob("duet-vllm-*")), "the temporary export outlived the server"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        log.close()
 
 
 def rss_bytes(pid: int) -> int:

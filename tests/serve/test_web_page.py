@@ -3,7 +3,9 @@
 The browser types text, picks a voice, clicks Speak; the page streams SSE, plays each chunk through WebAudio and
 offers a WAV. The test checks that audio arrived as it streamed (several chunks), that the page's WAV holds
 exactly the samples the server sends for the same request outside the browser, and that an API error is shown.
-Skipped only when Debian's chromium is not installed.
+The mock clones from a clip, so the page offers a reference clip: an uploaded file (chosen through the file input
+as the file dialog would) or a recording from Chromium's fake microphone is sent as ``reference_audio``, a 16-bit
+mono WAV at the server's rate that the server accepts. Skipped only when Debian's chromium is not installed.
 """
 
 from __future__ import annotations
@@ -120,6 +122,91 @@ def test_api_errors_are_shown(page):
     page.click("#speak")
     page.wait_for("window.duet.state === 'error'")
     assert "limit is 200" in page.eval("document.querySelector('#status').textContent")
+
+
+SPY = """(() => {  // keeps the JSON body of every request the page sends
+    window.sent = [];
+    const fetch = window.fetch;
+    window.fetch = (url, options) => {
+        if (options && options.body) window.sent.push(JSON.parse(options.body));
+        return fetch(url, options);
+    };
+})()"""
+
+
+def sent_clip(page) -> tuple[dict, np.ndarray, int]:
+    """The speech request the page sent (``window.sent``, SPY) and its reference clip: (body, int16 samples, rate)."""
+    (body,) = page.eval("window.sent")
+    audio, rate = sf.read(io.BytesIO(base64.b64decode(body["reference_audio"])), dtype="int16", always_2d=True)
+    assert sf.info(io.BytesIO(base64.b64decode(body["reference_audio"]))).subtype == "PCM_16"
+    assert audio.shape[1] == 1  # mono
+    return body, audio[:, 0], rate
+
+
+def speak_with_clip(page) -> dict:
+    page.eval(SPY)
+    page.type("#text", TEXT)
+    page.click("#speak")
+    page.wait_for("window.duet.state === 'done' || window.duet.state === 'error'")
+    state = page.eval("window.duet")
+    assert state["state"] == "done", state
+    return state
+
+
+def test_an_uploaded_clip_is_sent_as_a_16_bit_mono_wav_at_the_servers_rate(page, server, tmp_path):
+    assert page.eval("window.duet.cloning") and not page.eval("document.querySelector('#cloning').hidden")
+    assert page.eval("window.duet.clip") == "none"
+    stereo = (np.random.default_rng(0).uniform(-0.5, 0.5, (16_000, 2)) * 32768).astype(np.int16)
+    sf.write(tmp_path / "me.wav", stereo, 16_000, subtype="PCM_16")
+    page.set_files("#clip-file", tmp_path / "me.wav")
+    page.wait_for("window.duet.clip === 'ready' || window.duet.clip === 'error'")
+    assert page.eval("window.duet.reference") == {"source": "upload", "name": "me.wav", "seconds": 1,
+                                                  "bytes": 44 + 2 * 16_000}
+    assert page.eval("document.querySelector('#voice').disabled")  # the clip's voice replaces the named one
+    assert page.eval("document.querySelector('#live').disabled")  # type-and-hear sessions take no clip
+
+    speak_with_clip(page)
+    body, audio, rate = sent_clip(page)
+    assert "voice" not in body and rate == 16_000
+    mixed = np.floor(stereo.astype(np.float64).mean(axis=1) + 0.5).astype(np.int16)  # the page's mono, rounded
+    np.testing.assert_array_equal(audio, mixed)
+    direct = httpx.post(f"{server}/v1/audio/speech", timeout=30,
+                        json={k: v for k, v in body.items() if k != "stream_format"})
+    assert direct.status_code == 200, direct.text  # the server takes the page's clip as it is
+
+    resampled = (0.3 * np.sin(np.arange(48_000) * 2 * np.pi * 440 / 48_000)).astype(np.float32)
+    sf.write(tmp_path / "cd.wav", resampled, 48_000, subtype="PCM_16")
+    page.set_files("#clip-file", tmp_path / "cd.wav")
+    page.wait_for("window.duet.reference && window.duet.reference.name === 'cd.wav'")
+    audio, rate = held_clip(page)
+    assert rate == 16_000 and audio.shape == (16_000,)  # resampled by the browser to the server's rate
+
+    page.click("#clip-clear")
+    page.wait_for("window.duet.clip === 'none'")
+    assert not page.eval("document.querySelector('#voice').disabled")
+
+
+def held_clip(page) -> tuple[np.ndarray, int]:
+    """The clip the page holds now, before it is sent: (int16 samples, rate)."""
+    wav = base64.b64decode(page.eval("clip.clip.base64"))
+    audio, rate = sf.read(io.BytesIO(wav), dtype="int16", always_2d=True)
+    assert audio.shape[1] == 1
+    return audio[:, 0], rate
+
+
+def test_a_recording_from_the_microphone_is_sent_as_a_wav(page):
+    page.click("#record")
+    page.wait_for("window.duet.clip === 'recording'")
+    time.sleep(1.5)
+    page.click("#record")  # now "Stop recording"
+    page.wait_for("window.duet.clip === 'ready' || window.duet.clip === 'error'")
+    reference = page.eval("window.duet.reference")
+    assert reference is not None and reference["source"] == "recording", page.eval("window.duet")
+    assert 1.0 < reference["seconds"] < 5.0
+    speak_with_clip(page)
+    body, audio, rate = sent_clip(page)
+    assert "voice" not in body and rate == 16_000
+    assert abs(audio.shape[0] - reference["seconds"] * 16_000) <= 1
 
 
 def test_type_and_hear_speaks_each_sentence_while_typing(page, server):

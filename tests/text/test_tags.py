@@ -5,7 +5,6 @@ import shutil
 
 import pytest
 
-from duet.data.timing import text_words
 from duet.errors import DuetError
 from duet.text.bpe import BPEConfig, train_bpe
 from duet.text.normalize import normalize_text
@@ -29,8 +28,9 @@ def test_split_and_insert_are_inverse_and_count_words_as_the_timing_does():
     assert tagged.events == (("laughter", 1), ("cough", 3), ("sigh", 4))
     assert insert_tags(tagged.spoken, list(tagged.events)) == "Well, [laughter] I never [cough] did. [sigh]"
     assert split_tags("[breath] Hello there.").events == (("breath", 0),)
-    for s in ("Dr. Who paid $3.50 -- twice!", "it's a well-known 'fact'", "... what?"):
-        assert spoken_words(s) == text_words(s)
+    assert spoken_words("Dr. Who paid $3.50 -- twice!") == ["Dr", "Who", "paid", "$3.50", "twice"]
+    assert spoken_words("it's a well-known 'fact'") == ["it's", "a", "well-known", "fact"]
+    assert spoken_words("... what?") == ["what"]
     with pytest.raises(DuetError, match="inside a word"):
         split_tags("wo[cough]rd")
 

@@ -15,9 +15,9 @@ synthesiser's own phone set (``flite``, ``festival``): units are the space-separ
 pauses included (``pau``). Times are seconds from the start of the audio, rounded to 4 decimals; what lies before
 the first phone and after the last one is silence.
 
-Words are the text's whitespace-separated words with surrounding punctuation stripped (:func:`text_words`), so
-"$3.50" or "1984" is one word spanning all it is read as. A synthesiser's phones are mapped to those words by
-:func:`align_words` (espeak-ng reads "of the" as one IPA word "ʌvðə", "I am" as "aɪɐm"); words it cannot separate
+Words are the text's whitespace-separated words with surrounding punctuation stripped (``text_words``: the one rule
+of ``duet.text.tags.spoken_words``), so "$3.50" or "1984" is one word spanning all it is read as. A synthesiser's
+phones are mapped to those words by :func:`align_words` (espeak-ng reads "of the" as one IPA word "ʌvðə", "I am" as "aɪɐm"); words it cannot separate
 share one span, so a consumer may see two words with the same start and end (none did among the 119,427 words of
 the English text pool). The sidecar is written before the audio (both atomically), so a finished audio file of a
 source that writes timing always has its sidecar.
@@ -34,6 +34,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 from duet.errors import DuetError
+from duet.text.tags import spoken_words
 
 SUFFIX = ".timing.json"
 IPA = "ipa"
@@ -146,18 +147,7 @@ def is_separator(unit: str) -> bool:
     return not unit.strip() or all(unicodedata.category(c)[0] == "P" for c in unit)
 
 
-def text_words(text: str) -> list[str]:
-    """The words of a text as spoken: whitespace-separated, surrounding punctuation stripped, empty ones dropped."""
-    words = []
-    for token in text.split():
-        start, end = 0, len(token)
-        while start < end and unicodedata.category(token[start])[0] == "P":
-            start += 1
-        while end > start and unicodedata.category(token[end - 1])[0] == "P":
-            end -= 1
-        if start < end:
-            words.append(token[start:end])
-    return words
+text_words = spoken_words  # the words of a text as spoken: one rule for the corpus timing and the inline tags
 
 
 def align_words(units: Sequence[Hashable], word_units: Sequence[Sequence[Hashable]],

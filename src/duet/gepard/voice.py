@@ -18,7 +18,8 @@ Batch layout (fields of ``duet.gepard.model.GepardBatch``)::
 Inference (:func:`reference_prefix`, the one place a clip becomes a prefix: ``duet speak`` / ``duet serve``'s
 runtime, ``duet.tts.gepard``, and the DPO stage's cloning pairs, ``duet.train.gepard_pairs``): the clip at the
 codec's rate is encoded, unfolded to channel digits, cut to the compressor's ``max_reference_frames`` (its first
-frames) and compressed to K prefix vectors. No transcript is needed.
+frames; :func:`reference_codes`, which the vLLM client shares, ``duet.serve.vllm.voice``) and compressed to K
+prefix vectors. No transcript is needed.
 
 Shape legend: B batch, C channels (32), G packed groups (8), R reference frames, S samples, K prefix vectors,
 D width.
@@ -123,17 +124,26 @@ def voice_regularisers(out: QFormerOutput, reference_mask: torch.Tensor, speaker
     return {"div": div, "supcon": supcon}
 
 
-def reference_prefix(model: GepardModel, codec: Codec, audio: np.ndarray, fsq: GroupFSQ | None = None,
-                     ) -> torch.Tensor:
-    """A reference clip (S,) (mono, at the codec's rate) -> the model's voice prefix (1, K, D) (module docstring).
+def reference_codes(codec: Codec, audio: np.ndarray, max_frames: int, fsq: GroupFSQ | None = None,
+                    ) -> torch.Tensor:
+    """A reference clip (S,) (mono, at the codec's rate) -> its channel digits (1, C, R), cut to its first
+    ``max_frames`` frames (the compressor's ``max_reference_frames``), on the CPU.
 
-    ``fsq`` unfolds the codec's packed tokens (default: the standard packing). Raises DuetError for a model without
-    the voice compressor."""
-    if model.qformer is None:
-        raise DuetError("this Gepard has no voice compressor: it cannot clone a voice")
+    ``fsq`` unfolds the codec's packed tokens (default: the standard packing)."""
     fsq = fsq if fsq is not None else GroupFSQ(FSQConfig())
     with torch.no_grad():
         codes = codec.encode(torch.from_numpy(np.ascontiguousarray(audio, np.float32))[None]).codes  # (1, G, R)
         channels = fsq.unfold(codes.cpu().long())  # (1, G, R) packed -> (1, C, R) digits
-        channels = channels[:, :, : model.qformer.config.max_reference_frames]  # (1, C, R)
+        return channels[:, :, :max_frames]  # (1, C, R)
+
+
+def reference_prefix(model: GepardModel, codec: Codec, audio: np.ndarray, fsq: GroupFSQ | None = None,
+                     ) -> torch.Tensor:
+    """A reference clip (S,) (mono, at the codec's rate) -> the model's voice prefix (1, K, D) (module docstring).
+
+    Raises DuetError for a model without the voice compressor."""
+    if model.qformer is None:
+        raise DuetError("this Gepard has no voice compressor: it cannot clone a voice")
+    channels = reference_codes(codec, audio, model.qformer.config.max_reference_frames, fsq)  # (1, C, R)
+    with torch.no_grad():
         return model.voice_prefix(channels.to(model.embed_tokens.weight.device))  # (1, K, D)

@@ -8,6 +8,13 @@ One utterance::
     characters of each token --spread_frames--> durations (S,): 0 for SOT and EOT, the rest add up to T
     or, with an alignment file (``duet data align``): the forced alignment's durations (S,), SOT and EOT included
 
+Expressive rows (Luna-TTS §2.3): a manifest row with an ``emotion`` gets that emotion token in the instruction
+context, after SOT (``[SOT, E, ids..., EOT]``, as ``duet.text.prompts.luna_prompt(..., emotion=)`` wraps a request):
+its id goes in front of the row's text ids with weight 0 and duration target 0, like SOT's (:func:`with_instruction`),
+so the spread, an alignment's targets and the row's length all count it. Inline event tags in the text
+(``[laughter]``) are read by the tokenizer as one service id each, in their places. Rows without an emotion are
+exactly as before (same ids, same targets).
+
 Text is prepared exactly as for Gepard (``duet.data.utterances``: English normalisation for ``en*`` manifest
 languages, others as written) and wrapped in SOT/EOT; no SOS, because nothing autoregressive follows (the target's
 own embeddings mark where audio starts). Inference wraps the same way (``duet.text.prompts.luna_prompt``).
@@ -37,6 +44,7 @@ Shape legend: B batch, S text ids (with SOT/EOT), T frames, Q codebooks, K codes
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -46,13 +54,38 @@ from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
 from duet.data.token_rows import LunaDataConfig, TokenRow, codebook_size, select_rows
-from duet.data.utterances import SplitFacts
+from duet.data.utterances import SplitFacts, select_utterances
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBatch
 from duet.luna.config import LunaConfig
 from duet.luna.model import collate, pad_right
-from duet.text.prompts import wrap_ids
-from duet.text.tokens import service_ids
+from duet.text.prompts import instruction_ids, wrap_ids
+from duet.text.tokens import EMOTIONS, ServiceIds, service_ids
+
+
+def with_instruction(row: TokenRow, instruction: Sequence[int]) -> TokenRow:
+    """``row`` with the instruction context's ids (``instruction_ids``) in front of its text ids, each with weight 0
+    and duration target 0 (after SOT's), so the spread and an alignment hold them as they hold SOT."""
+    if not instruction:
+        return row
+    n = len(instruction)
+    durations = row.durations
+    if durations is not None:  # [SOT, E..., ids..., EOT]: int counts or float frames, kept in their type
+        durations = (durations[0], *(type(durations[0])(0),) * n, *durations[1:])  # type: ignore[assignment]
+    return replace(row, ids=(*instruction, *row.ids), weights=(0,) * n + row.weights, durations=durations)
+
+
+def expressive_rows(rows: Sequence[TokenRow], manifest: str | Path | Sequence[Utterance], cfg: LunaDataConfig,
+                    split: str, service: ServiceIds) -> list[TokenRow]:
+    """``rows`` with each one's manifest ``emotion`` in its instruction context (:func:`with_instruction`); rows
+    without one are returned as they are."""
+    emotions = {u.id: u.emotion for u in select_utterances(manifest, split, cfg) if u.emotion}
+    if not emotions:
+        return list(rows)
+    for uid, emotion in emotions.items():
+        if emotion not in EMOTIONS:
+            raise DuetError(f"utterance {uid}: emotion {emotion!r} is not one of {', '.join(EMOTIONS)}")
+    return [with_instruction(row, instruction_ids(service, emotions.get(row.id))) for row in rows]
 
 
 class LunaData(SplitFacts):
@@ -99,6 +132,10 @@ class LunaData(SplitFacts):
         items, dropped, unaligned = select_rows(shards, manifest, tokenizer, cfg, split, max_positions,
                                                 timed=model is not None and model.is_aligned, limit=limit,
                                                 alignments=alignments)
+        items = expressive_rows(items, manifest, cfg, split, service_ids(tokenizer))
+        fits = [it for it in items if it.positions <= max_positions]  # the emotion token is one position more
+        dropped["too_long"] += len(items) - len(fits)
+        items = fits
         wanted = {it.id for it in items}
         codes = {uid: c.to(torch.int16) for uid, c in shards if uid in wanted}  # (Q, T) each
         data = cls(items, codes, tokenizer, cfg, codebook_size=size, train=split == "train",

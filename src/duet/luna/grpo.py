@@ -34,7 +34,7 @@ Where the report is silent, duet reads it so:
   future work), so the Gumbel selection noise plays no part in a ratio.
 
 The replay batches each step's B states (and their unconditional copies under CFG) into one forward pass, rows built
-exactly as ``LunaModel.logits_fn`` builds them (:func:`condition_rows`), but with gradients.
+exactly as ``LunaModel.logits_fn`` builds them (``duet.luna.model.condition_rows``), but with gradients.
 
 Shape legend: B trajectories, G candidates per prompt, P prompts, T frames, Q codebooks, K codes per codebook.
 """
@@ -47,7 +47,7 @@ import torch
 
 from duet.errors import DuetError
 from duet.luna.decode import guidance_rows, guide
-from duet.luna.model import LunaInputs, LunaModel
+from duet.luna.model import LunaInputs, LunaModel, condition_rows
 from duet.luna.trajectory import Trajectory, action_log_probs
 
 
@@ -72,26 +72,6 @@ class GRPOLoss:
     clip_fraction: float  # share of those actions whose ratio lies outside [1 - eps, 1 + eps]
     actions: int  # actions replayed (sum of n_i)
     out_of_domain: int  # recorded actions outside the current policy's support (dropped)
-
-
-def condition_rows(inputs: LunaInputs, tokens: torch.Tensor, conditional: torch.Tensor) -> LunaInputs:
-    """The model's batch for grids tokens (B', T, Q) and flags conditional (B',): row i is condition i % B, its text
-    dropped where ``conditional`` is False (the CFG null condition); prompt and layout kept. The same rows as
-    ``LunaModel.logits_fn`` (which runs under no_grad), for a forward that back-propagates."""
-    B = inputs.batch_size
-    if tokens.shape[0] % B:
-        raise DuetError(f"{tokens.shape[0]} grid rows for a batch of {B} conditions")
-    rows = torch.arange(tokens.shape[0], device=tokens.device) % B  # (B',)
-    prompt, prompt_lengths = inputs.prompt_or_empty()
-    return LunaInputs(
-        text_ids=inputs.text_ids[rows],
-        text_lengths=inputs.text_lengths[rows] * conditional.long(),
-        target=tokens,
-        target_lengths=inputs.target_lengths[rows],
-        prompt=prompt[rows],
-        prompt_lengths=prompt_lengths[rows],
-        durations=None if inputs.durations is None else inputs.durations[rows],
-    )
 
 
 def replay_step(model: LunaModel, inputs: LunaInputs, traj: Trajectory, step: int) -> torch.Tensor:

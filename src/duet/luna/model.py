@@ -268,21 +268,7 @@ class LunaModel(nn.Module):
 
         @torch.no_grad()
         def fn(tokens: torch.Tensor, conditional: torch.Tensor) -> torch.Tensor:
-            B = inputs.batch_size
-            if tokens.shape[0] % B:
-                raise DuetError(f"decoder passed {tokens.shape[0]} rows for a batch of {B}")
-            rows = torch.arange(tokens.shape[0], device=tokens.device) % B  # (B',)
-            prompt, prompt_lengths = inputs.prompt_or_empty()
-            batch = LunaInputs(
-                text_ids=inputs.text_ids[rows],
-                text_lengths=inputs.text_lengths[rows] * conditional.long(),
-                target=tokens,
-                target_lengths=inputs.target_lengths[rows],
-                prompt=prompt[rows],
-                prompt_lengths=prompt_lengths[rows],
-                durations=None if inputs.durations is None else inputs.durations[rows],
-            )
-            return self(batch)
+            return self(condition_rows(inputs, tokens, conditional))
 
         return fn
 
@@ -299,3 +285,22 @@ class LunaModel(nn.Module):
         model.load_state_dict(state)
         return model
 
+
+def condition_rows(inputs: LunaInputs, tokens: torch.Tensor, conditional: torch.Tensor) -> LunaInputs:
+    """The model's batch for grids tokens (B', T, Q) and flags conditional (B',): row i is condition i % B, its text
+    dropped where ``conditional`` is False (the CFG null condition); prompt and layout kept. What the decoder's
+    ``logits_fn`` runs (under no_grad) and what RL post-training replays (with gradients)."""
+    B = inputs.batch_size
+    if tokens.shape[0] % B:
+        raise DuetError(f"{tokens.shape[0]} grid rows for a batch of {B} conditions")
+    rows = torch.arange(tokens.shape[0], device=tokens.device) % B  # (B',)
+    prompt, prompt_lengths = inputs.prompt_or_empty()
+    return LunaInputs(
+        text_ids=inputs.text_ids[rows],
+        text_lengths=inputs.text_lengths[rows] * conditional.long(),
+        target=tokens,
+        target_lengths=inputs.target_lengths[rows],
+        prompt=prompt[rows],
+        prompt_lengths=prompt_lengths[rows],
+        durations=None if inputs.durations is None else inputs.durations[rows],
+    )

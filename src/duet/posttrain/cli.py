@@ -16,7 +16,6 @@ post-training export and any other run to the pretraining one, with the same fla
 from __future__ import annotations
 
 import argparse
-import sys
 from functools import partial
 
 
@@ -32,15 +31,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_train_gepard_post_parser(stages)
     add_train_luna_grpo_parser(stages)
     stages.choices["gepard-export"].set_defaults(func=partial(run_export, export_gepard_run, export_sampling))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="duet")
-    register(parser.add_subparsers(dest="command"))
-    from duet.command import run
-
-    return run(parser, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

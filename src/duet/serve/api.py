@@ -64,6 +64,7 @@ from duet.serve.schemas import (
 from duet.serve.text_stream import add_text_stream
 from duet.serve.web import ROUTES as WEB_ROUTES
 from duet.serve.web import add_page
+from duet.text.instructions import emotion_of_instructions
 
 log = logging.getLogger("duet.serve")
 
@@ -429,8 +430,12 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
         if not adapter.voices:
             raise ApiError(400, "voice is required", param="voice")
         voice = adapter.voices[0]
+    try:
+        emotion = emotion_of_instructions(req.instructions)  # the schemas module doc's rule
+    except InvalidRequest as err:
+        raise ApiError(400, str(err), param=err.param, code=err.code) from err
     given = {name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None}
-    return SynthesisRequest(text=req.input, voice=voice, instructions=req.instructions, speed=req.speed,
+    return SynthesisRequest(text=req.input, voice=voice, emotion=emotion, speed=req.speed,
                             reference=reference, params=replace(adapter.default_params, **given))
 
 

@@ -13,6 +13,16 @@ as a file field of the same name).
 OpenAI's voice names (``OPENAI_VOICES``) that a model does not have are read as its default voice, so OpenAI
 clients work unchanged.
 
+``instructions`` is read as one utterance-level emotion (``duet.text.tokens.EMOTIONS``: neutral, happy, sad,
+angry, surprised, fearful, disgusted, whisper), which a Luna model puts in its instruction context (Luna-TTS §2.3;
+``duet.text.instructions``): an exact emotion name (``"happy"``), or a short instruction of at most 8 words whose
+emotion words (names, adjectives, adverbs: ``"speak happily"``, ``"in a sad voice"``, ``"whisper it"``, case
+ignored) all name the same one. Anything else is a 400 with ``param`` ``instructions`` that lists the emotions: no
+emotion word, two different emotions, a negation (``"not angry"``), a longer text. Empty or blank instructions ask
+for no emotion. A model without emotion control (Gepard, a Luna whose tokenizer has no emotion tokens) answers an
+emotion with a 400 ``emotion_unsupported``. Non-verbal events need no field: inline tags in ``input``
+(``"Well [laugh] hello"``; ``duet.text.tags``).
+
 Limits, all here (every one answers with an OpenAI-shaped error, never a cut or a hang):
 
 =========================  =================================================  ======================================
@@ -25,7 +35,8 @@ what                       bound                                              se
 ``speed``                  0.25..4 (a model may allow less)                   duet.limits, the adapter; 400
 ``input``                  ``ServeConfig.max_input_chars`` characters, valid  ``--max-input-chars``; 400
                            Unicode (a lone surrogate is refused)
-``instructions``           ``ServeConfig.max_instructions_chars``             400
+``instructions``           ``ServeConfig.max_instructions_chars``; one        400
+                           emotion (above)
 body                       ``ServeConfig.max_body_bytes``                     ``--max-body-mib``; 413
 reference clip             ``max_reference_bytes``, 0.5..30 s                 ``--max-reference-seconds``; 400
 frames of one request      the adapter's ``max_frames`` (gepard-tiny 40 s,    the model; a text predicted longer is

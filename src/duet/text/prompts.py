@@ -3,8 +3,15 @@
 Training data (``duet.gepard.data``, ``duet.luna.data``) and inference (``duet.tts``, ``duet.serve``) both wrap text
 here, so a model is fed at inference exactly what it was trained on. The two wraps::
 
-    Gepard   SOT  t_1 .. t_n  EOT  SOS     (SOS: the position that predicts the first audio frame)
-    Luna     SOT  t_1 .. t_n  EOT          (the audio grid follows; its own embeddings mark where audio starts)
+    Gepard   SOT  t_1 .. t_n  EOT  SOS         (SOS: the position that predicts the first audio frame)
+    Luna     SOT  [E]  t_1 .. t_n  EOT         (the audio grid follows; its own embeddings mark where audio starts)
+
+``[E]`` is the instruction context (Luna-TTS §2.3): the utterance-level emotion token ``<|emo_happy|>`` when the
+utterance has an emotion, else nothing, so a text without one is wrapped exactly as before emotions existed. It sits
+where ``duet.text.tags.with_emotion`` writes it, in front of the text, and is added as an id rather than written into
+the text: the text's own ids are the same with and without an emotion (a phoneme tokenizer would otherwise read the
+space after the token as part of the first word). Inline event tags (``[laughter]``) stay in the text, where the
+tokenizer reads each as one service id.
 
 Service token ids come from the tokenizer (``duet.text.tokens.service_ids``), never hard-coded.
 """
@@ -28,16 +35,23 @@ def prepare_input(text: str, language: str = "en", normalize: bool = True) -> st
     return normalize_text(text) if normalize and is_english(language) else text
 
 
-def wrap_ids(token_ids: Sequence[int], service, *, start_of_speech: bool) -> list[int]:
-    """[SOT, *text, EOT] and, when ``start_of_speech`` (Gepard), SOS; ``service`` is ``service_ids(tokenizer)``."""
-    return [service.sot, *token_ids, service.eot, *([service.sos] if start_of_speech else [])]
+def instruction_ids(service, emotion: str | None) -> list[int]:
+    """The instruction context's ids: the emotion token's when ``emotion`` is set (one of ``EMOTIONS``), else none."""
+    return [] if emotion is None else [service.emotion(emotion)]
+
+
+def wrap_ids(token_ids: Sequence[int], service, *, start_of_speech: bool, emotion: str | None = None) -> list[int]:
+    """[SOT, *instruction, *text, EOT] and, when ``start_of_speech`` (Gepard), SOS; ``service`` is
+    ``service_ids(tokenizer)``; the instruction is :func:`instruction_ids` of ``emotion``."""
+    return [service.sot, *instruction_ids(service, emotion), *token_ids, service.eot,
+            *([service.sos] if start_of_speech else [])]
 
 
 def encode_prompt(text: str, tokenizer, *, start_of_speech: bool, language: str = "en",
-                  normalize: bool = True) -> list[int]:
+                  normalize: bool = True, emotion: str | None = None) -> list[int]:
     """What a model is fed for ``text``: prepared as in training, tokenised, wrapped (:func:`wrap_ids`)."""
     ids = tokenizer.encode(prepare_input(text, language, normalize), add_special_tokens=False)
-    return wrap_ids(ids, service_ids(tokenizer), start_of_speech=start_of_speech)
+    return wrap_ids(ids, service_ids(tokenizer), start_of_speech=start_of_speech, emotion=emotion)
 
 
 def gepard_prompt(text: str, tokenizer, *, language: str = "en", normalize: bool = True) -> list[int]:
@@ -45,6 +59,8 @@ def gepard_prompt(text: str, tokenizer, *, language: str = "en", normalize: bool
     return encode_prompt(text, tokenizer, start_of_speech=True, language=language, normalize=normalize)
 
 
-def luna_prompt(text: str, tokenizer, *, language: str = "en", normalize: bool = True) -> list[int]:
-    """Luna's (and Luna Realtime's) prompt ids: [SOT, text, EOT]."""
-    return encode_prompt(text, tokenizer, start_of_speech=False, language=language, normalize=normalize)
+def luna_prompt(text: str, tokenizer, *, language: str = "en", normalize: bool = True,
+                emotion: str | None = None) -> list[int]:
+    """Luna's (and Luna Realtime's) prompt ids: [SOT, text, EOT], or [SOT, emotion, text, EOT] with ``emotion``."""
+    return encode_prompt(text, tokenizer, start_of_speech=False, language=language, normalize=normalize,
+                         emotion=emotion)

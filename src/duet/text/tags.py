@@ -90,7 +90,7 @@ class TaggedText:
 
 def spoken_words(text: str) -> list[str]:
     """Whitespace-separated words with surrounding punctuation stripped, empty ones dropped: the words as a corpus
-    timing sidecar counts them (``duet.data.timing.text_words`` is the same rule; a test holds them equal)."""
+    timing sidecar counts them (``duet.data.timing`` reads words with this function)."""
     words = []
     for token in text.split():
         start, end = 0, len(token)

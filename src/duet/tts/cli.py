@@ -1,6 +1,6 @@
 """``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
 [--seed N] [--steps S] [--speed X] [--cfg-scale W] [--prompt REF.wav --prompt-text "what REF says"]
-[--voice-ref REF.wav]``.
+[--voice-ref REF.wav] [--emotion happy]``.
 
 ``--stdin-stream`` speaks standard input while it is still arriving (typed, or piped from an LLM), a sentence or
 a clause at a time as soon as it is complete (``duet.tts.live``), writing the file as audio comes.
@@ -15,6 +15,13 @@ standard input. ``--cfg-scale`` sets classifier-free guidance for every family (
 1; a Gepard trained without text dropout has no unconditional path and refuses another scale). Bad input (empty
 text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be written) ends with one line on
 stderr and exit code 2, before any model is loaded where possible.
+
+``--emotion`` (one of ``duet.text.tokens.EMOTIONS``: neutral, happy, sad, angry, surprised, fearful, disgusted,
+whisper) puts that emotion token in the instruction context of every sentence (Luna and Luna Realtime, Luna-TTS
+§2.3); inline tags in the text mark non-verbal events where they happen: ``duet speak --model luna-tiny --emotion
+happy "Well [laugh] hello" -o x.wav`` (``[laugh]``, ``[Laughs]`` and ``[laughter]`` are one token,
+``duet.text.tags``). An unknown emotion is refused before loading; a model without emotion control (Gepard, or a
+Luna whose tokenizer has no emotion tokens) refuses it once loaded, in one line.
 
 ``--prompt`` with ``--prompt-text`` clones the voice of a reference clip (Luna only: the clip's codes and its
 transcript condition the new text, Luna §2.5; ``duet.tts.speaker.Speaker.voice_prompt``). A silent, unreadable or
@@ -39,6 +46,7 @@ from pathlib import Path
 from duet.errors import DuetError
 from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT, invalid_unicode
 from duet.shipped import DEFAULT_MODEL
+from duet.text.tokens import EMOTIONS, emotion_token
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
 MAX_CHARS = 20_000  # about 20 minutes of speech; a longer text is refused rather than run for an hour
@@ -73,6 +81,9 @@ def register(subparsers) -> None:
     p.add_argument("--prompt", default=None,
                    help="Luna only: a reference clip whose voice to clone (with --prompt-text)")
     p.add_argument("--prompt-text", default=None, help="what the --prompt clip says")
+    p.add_argument("--emotion", default=None, metavar="NAME",
+                   help=f"Luna only: the utterance's emotion, one of {', '.join(EMOTIONS)}; tags such as [laugh] "
+                        "in the text mark non-verbal events")
     p.add_argument("--voice-ref", default=None, metavar="REF.wav",
                    help="a reference clip whose voice to clone, no transcript needed (a Gepard with the voice "
                         "compressor)")
@@ -148,6 +159,18 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
     return given
 
 
+def check_emotion_flag(emotion: str | None) -> dict:
+    """``--emotion``: a known emotion's name (checked before loading) -> the keyword argument to pass on, if given.
+    Whether the model takes one is the shared check's question once it is loaded (``duet.tts.runtime``)."""
+    if emotion is None:
+        return {}
+    try:
+        emotion_token(emotion)
+    except DuetError as err:  # names the choices
+        raise DuetError(f"--emotion: {err}") from err
+    return {"emotion": emotion}
+
+
 def check_voice_ref(voice_ref: str | None, prompt: str | None) -> None:
     """``--voice-ref``: an existing file, and not together with ``--prompt`` (two ways of cloning at once)."""
     if voice_ref is None:
@@ -185,6 +208,7 @@ def run_speak(args: argparse.Namespace) -> int:
     fmt = check_output(out)
     check_voice_ref(args.voice_ref, args.prompt)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
+    model_options |= check_emotion_flag(args.emotion)
     speaker = load(args.model)
     if args.voice_ref is not None:
         model_options["voice_ref"] = args.voice_ref
@@ -238,7 +262,7 @@ def run_stdin_stream(args: argparse.Namespace) -> int:
     check_sampling(args.temperature, args.top_k, args.seed)
     out = Path(args.output)
     fmt = check_output(out)
-    model_options = check_luna_options(args.model, args.steps, args.speed)
+    model_options = check_luna_options(args.model, args.steps, args.speed) | check_emotion_flag(args.emotion)
     check_voice_ref(args.voice_ref, args.prompt)
     speaker = load(args.model)
     if args.voice_ref is not None:  # read once: every piece carries the same samples

@@ -28,10 +28,11 @@ knows how long a text will be: one predicted to end within ``margin_frames`` of 
 Voice cloning (a model with the voice compressor, ``GepardConfig.voice``; Gepard §2.6). A request's ``reference``
 (mono float32 at the codec's rate) is encoded by the codec once, unfolded to channel digits, cut to the
 compressor's ``max_reference_frames`` (its first frames), and compressed to K prefix vectors
-(``duet.gepard.voice.reference_prefix``); a request without one reads ``null_prefix``. The prefix enters prefill only: each row's cache starts with its K positions, then the text,
-so the decode steps are unchanged. No transcript is needed. The prefix of the last few reference arrays is kept
-(by identity), so the pieces of one ``duet speak`` utterance encode their shared clip once. The unconditional CFG
-row keeps the prefix (it drops the text only).
+(``duet.gepard.voice.reference_prefix``); a request without one reads ``null_prefix``. The prefix enters prefill
+only: each row's cache starts with its K positions, then the text, so the decode steps are unchanged. No transcript
+is needed. The prefix of the last few reference arrays is kept (by identity), so the pieces of one ``duet speak``
+utterance encode their shared clip once. The unconditional CFG row keeps the prefix (it drops the text only). The
+vLLM path computes the same prefix in its client (``duet.serve.vllm.voice``).
 
 Divergence, named: the cache budget reserves one row per request, so a request guided where the model's default
 is not (``cfg_scale`` != 1) holds twice what it reserved.
@@ -83,6 +84,18 @@ def check_predicted_length(frames: float, max_frames: int, frame_rate: float, ma
         raise InvalidRequest(f"this text needs about {frames / frame_rate:.1f} s of speech; one request holds "
                              f"{room:.1f} s (and {margin_frames / frame_rate:.1f} s of margin); split it into shorter "
                              "requests", param="input", code="context_length_exceeded")
+
+
+def check_reference(reference: np.ndarray, samples_per_frame: int) -> None:
+    """A reference clip the codec can encode: 1-D, finite, at least one frame (``samples_per_frame``) long. Shared
+    by this runtime and the vLLM path (``duet.serve.vllm.engine``)."""
+    if not isinstance(reference, np.ndarray) or reference.ndim != 1:
+        raise InvalidRequest("the reference clip must be mono samples (a 1-D array)", param="reference_audio")
+    if not np.all(np.isfinite(reference)):
+        raise InvalidRequest("the reference clip has NaN or infinite samples", param="reference_audio")
+    if reference.shape[0] < samples_per_frame:
+        raise InvalidRequest(f"the reference clip has {reference.shape[0]} samples, shorter than one codec frame "
+                             f"({samples_per_frame})", param="reference_audio")
 
 
 @dataclass(eq=False)
@@ -154,7 +167,7 @@ class GepardRuntime:
                                  "classifier-free guidance (train with duet train gepard --text-dropout 0.1)",
                                  param="cfg_scale")
         if request.reference is not None:
-            self._check_reference(request.reference)
+            check_reference(request.reference, self.codec.samples_per_frame)
         limit = self.model.config.backbone.max_positions
         prompt = self.prompt_positions(request)
         if prompt >= limit:  # before the duration model, whose cost grows with the square of the text
@@ -178,16 +191,6 @@ class GepardRuntime:
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
         return self.model.config.num_prefix + len(self._text_ids(request))  # [prefix | text ending in SOS]
-
-    def _check_reference(self, reference: np.ndarray) -> None:
-        """A reference clip the codec can encode: 1-D, finite, at least one frame long."""
-        if not isinstance(reference, np.ndarray) or reference.ndim != 1:
-            raise InvalidRequest("the reference clip must be mono samples (a 1-D array)", param="reference_audio")
-        if not np.all(np.isfinite(reference)):
-            raise InvalidRequest("the reference clip has NaN or infinite samples", param="reference_audio")
-        if reference.shape[0] < self.codec.samples_per_frame:
-            raise InvalidRequest(f"the reference clip has {reference.shape[0]} samples, shorter than one codec frame "
-                                 f"({self.codec.samples_per_frame})", param="reference_audio")
 
     def _text_ids(self, request: SynthesisRequest) -> list[int]:
         return self._ids.get(request, lambda r: self.encode(r.text))

@@ -27,6 +27,10 @@ Sampling: ``steps`` (default ``LunaRuntimeConfig.decode.steps``, 32 as in §2.5)
 ``cfg_scale`` come from the request's ``SamplingParams``; the selection noise is the runtime's. ``top_p`` < 1 is
 refused (the MaskGIT sampler has no nucleus filter); ``stop_threshold`` does not apply (no stop decision).
 
+Emotion (§2.3): a request's ``emotion`` is the emotion token after SOT (``duet.text.prompts``); the unconditional
+CFG rows drop it with the text, so guidance pushes towards the emotion as it does towards the text. With a voice
+prompt it sits before the transcript.
+
 Cloning (§2.5, infilling): a request's :class:`VoicePrompt` (``voice_prompt(audio, transcript)`` encodes a clip
 once) decodes as ``[transcript + text | prompt grid | T masked frames]``, the layout training cuts prompts in; T
 follows the prompt's pace: predicted frames of the text x ``pace`` / speed, ``pace`` = the clip's frames / the
@@ -113,7 +117,8 @@ class LunaRuntime(LunaParts):
         super().__init__(model, duration, tokenizer, codec, model.config, name, config.language)
         self.config = config
         self.traits = FamilyTraits(voice_prompt=True, steps=True, cloning_note=": Luna clones by infilling after "
-                                   "the reference and its transcript, and the request has no transcript field")
+                                   "the reference and its transcript, and the request has no transcript field",
+                                   **self.emotion_traits)
         mcfg = model.config
         itemsize = model.audio_embed.weight.element_size()
         rows = 2 if config.decode.cfg_scale != 1.0 else 1  # CFG: a conditional and an unconditional row per request
@@ -200,9 +205,9 @@ class LunaRuntime(LunaParts):
                                  "a lower speed or a longer text", param="input")
         frames = int(total_frames(durations, lengths, speed)[0])
         transcript, reserved = 0, 0
-        if prompt is not None:  # [transcript + text | prompt | T]: SOT and the transcript's tokens span the prompt
-            transcript = len(self.text_ids(prompt.text)) - 1
-            ids = self.text_ids(f"{prompt.text} {request.text}")
+        if prompt is not None:  # [transcript + text | prompt | T]: SOT, the emotion and the transcript span the prompt
+            transcript = len(self.text_ids(prompt.text, request.emotion)) - 1
+            ids = self.text_ids(f"{prompt.text} {request.text}", request.emotion)
             reserved = prompt.grid.shape[0]
         cap = min(self.config.max_frames, limit - len(ids) - reserved)
         if cap < 1:

@@ -2,6 +2,12 @@
 model, the frozen duration predictor, the tokenizer and the codec, the text as prompt ids, the predictor's
 durations, and a request's decoding settings.
 
+Expressive control (Luna-TTS §2.3): a request's emotion becomes the emotion token in the instruction context of its
+prompt ids (``duet.text.prompts.luna_prompt``), and its text's inline event tags (``[laughter]``) reach the model as
+one service id each. A model takes emotions when its tokenizer has every emotion token and its text embedding has a
+row for each (:func:`emotion_support`); otherwise an emotion is refused through the shared check
+(``duet.tts.runtime.check_emotion``) with the reason.
+
 Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
 """
 
@@ -19,6 +25,7 @@ from duet.luna.decode import DecodeConfig
 from duet.luna.duration import DurationPredictor, fit_durations
 from duet.luna.shipped import LoadedLuna
 from duet.text.prompts import luna_prompt
+from duet.text.tokens import EMOTIONS, emotion_token, token_id
 from duet.tts.request import SynthesisRequest
 
 
@@ -27,6 +34,18 @@ def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
     from duet.codecs import load as load_codec
 
     return load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device)
+
+
+def emotion_support(tokenizer: Any, vocab_size: int) -> str | None:
+    """None when a model with this tokenizer and ``vocab_size`` text embeddings can take every emotion, else why
+    not (the end of the refusal's message)."""
+    try:
+        ids = [token_id(tokenizer, emotion_token(name)) for name in EMOTIONS]
+    except DuetError:
+        return ": its tokenizer has no emotion tokens"
+    if max(ids) >= vocab_size:
+        return f": its text embedding has {vocab_size} rows, fewer than its tokenizer's emotion tokens need"
+    return None
 
 
 def request_decode_config(base: DecodeConfig, request: SynthesisRequest) -> DecodeConfig:
@@ -57,21 +76,24 @@ class LunaParts:
         if tuple(codec.codebook_sizes) != want:
             raise DuetError(f"{name} needs a codec of {grid.num_codebooks} codebooks x {grid.codebook_size}; "
                             f"{codec} has {tuple(codec.codebook_sizes)}")
+        no_emotion = emotion_support(tokenizer, grid.backbone.vocab_size)
+        # the FamilyTraits fields of emotion control, for the runtimes' traits
+        self.emotion_traits: dict[str, Any] = dict(emotions=() if no_emotion else EMOTIONS, emotion_note=no_emotion or "")
 
     @property
     def sample_rate(self) -> int:
         return self.codec.sample_rate
 
-    def text_ids(self, text: str) -> list[int]:
-        """[SOT, text ids, EOT], prepared as in training."""
-        return luna_prompt(text, self.tokenizer, language=self.language)
+    def text_ids(self, text: str, emotion: str | None = None) -> list[int]:
+        """[SOT, text ids, EOT], or [SOT, emotion, text ids, EOT], prepared as in training."""
+        return luna_prompt(text, self.tokenizer, language=self.language, emotion=emotion)
 
     def request_ids(self, request: SynthesisRequest) -> list[int]:
-        """A request's text ids, refused when empty or past the model's positions before the duration model runs
-        (its cost grows with the square of the text)."""
+        """A request's text ids (with its emotion), refused when empty or past the model's positions before the
+        duration model runs (its cost grows with the square of the text)."""
         if not request.text.strip():
             raise InvalidRequest("the text is empty", param="input")
-        ids = self.text_ids(request.text)
+        ids = self.text_ids(request.text, request.emotion)
         limit = self.grid.backbone.max_positions
         if len(ids) >= limit:
             raise InvalidRequest(f"the text takes {len(ids)} positions, the model has {limit}; split it into shorter "

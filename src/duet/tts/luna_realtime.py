@@ -36,7 +36,8 @@ Batching, named: requests run one after another inside a step, not in one batche
 and every step crops the active block off again; one padded forward would need a per-row-length cache with a per-row
 crop, which the stock cache does not offer. Each request's result is its solo result by construction.
 
-Per request: ``steps`` per block (default ``StreamConfig.decode.steps``, 8 as deployed in §5.2), ``temperature``,
+Per request: ``emotion`` (the emotion token in the instruction context of the text ids, ``duet.tts.luna_parts``),
+``steps`` per block (default ``StreamConfig.decode.steps``, 8 as deployed in §5.2), ``temperature``,
 ``top_k``, ``cfg_scale``, ``max_frames``, ``seed``. Refused: ``top_p`` < 1 (no nucleus filter), ``speed`` != 1 (the
 model decides where speech ends), cloning, a text whose predicted length exceeds ``max_frames`` (30 s) while the
 request sets no bound, or that leaves the model no positions. ``stop_threshold`` does not apply: the end threshold
@@ -119,7 +120,7 @@ class RealtimeRuntime(LunaParts):
                  name: str = "luna-realtime", config: RealtimeRuntimeConfig = RealtimeRuntimeConfig()):
         super().__init__(model, duration, tokenizer, codec, model.config.luna, name, config.language)
         self.config = config
-        self.traits = FamilyTraits(speed="the model decides where speech ends", steps=True)
+        self.traits = FamilyTraits(speed="the model decides where speech ends", steps=True, **self.emotion_traits)
         self.block_size = model.block_size
         weight = model.luna.audio_embed.weight
         self._device = weight.device

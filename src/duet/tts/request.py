@@ -29,11 +29,13 @@ class VoicePrompt:
 @dataclass(frozen=True, eq=False)
 class SynthesisRequest:
     """One utterance to speak. ``reference`` (mono float32 at the codec's sample rate) asks for voice cloning from
-    raw audio (the speech API's field); ``prompt`` is a prepared :class:`VoicePrompt` (``Speaker.voice_prompt``)."""
+    raw audio (the speech API's field); ``prompt`` is a prepared :class:`VoicePrompt` (``Speaker.voice_prompt``).
+    ``emotion`` is one of ``duet.text.tokens.EMOTIONS`` (the speech API reads it from its ``instructions``,
+    ``duet.text.instructions``); the text may carry inline event tags such as ``[laughter]``."""
 
     text: str
     voice: str | None = None
-    instructions: str | None = None  # emotion / style text; no family takes it yet
+    emotion: str | None = None  # the utterance-level emotion token's name; None: none (as trained without one)
     speed: float = 1.0
     reference: np.ndarray | None = field(default=None, repr=False)  # (S,)
     params: SamplingParams = SamplingParams()

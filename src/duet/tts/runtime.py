@@ -13,7 +13,7 @@ then advances every running request by one step (``step``), returning the frames
   frames, with ``final=True`` on the last one.
 
 What a step's output means is one rule for every caller (:func:`settle`). What every family refuses the same way
-(unknown voice, cloning, instructions, speed, nucleus sampling) is checked once (:func:`check_request`), from the
+(unknown voice, cloning, an emotion, speed, nucleus sampling) is checked once (:func:`check_request`), from the
 family's :class:`FamilyTraits`; a runtime's own ``check`` adds what only it knows (positions, predicted length).
 
 Failures stay with their request. ``prefill`` and ``step`` either succeed for every request given or raise with
@@ -39,6 +39,7 @@ import torch
 from duet.codecs.base import Codec
 from duet.errors import InvalidRequest
 from duet.finish import BOUND, STOP
+from duet.text.tokens import EMOTIONS
 from duet.tts.request import SynthesisRequest
 from duet.tts.sampling import SamplingParams
 
@@ -64,6 +65,8 @@ class FamilyTraits:
     nucleus: bool = False  # samples with top_p < 1
     steps: bool = False  # has refinement steps (``steps`` means something to it)
     cloning_note: str = ""  # why a reference clip alone is refused, appended to the message
+    emotions: tuple[str, ...] = ()  # the utterance-level emotions it takes (EMOTIONS); (): no emotion control
+    emotion_note: str = ""  # why it takes none, appended to the message
 
 
 class Stepped(Protocol):
@@ -135,8 +138,8 @@ def check_common(request: SynthesisRequest, name: str, traits: FamilyTraits) -> 
     if request.voice is not None and request.voice not in traits.voices:
         raise InvalidRequest(f"unknown voice {request.voice!r}; {name} has {', '.join(traits.voices)}",
                              param="voice", code="voice_not_found")
-    if request.instructions:
-        raise InvalidRequest(f"{name} takes no instructions", param="instructions")
+    if request.emotion is not None:
+        check_emotion(request.emotion, name, traits)
     if not (math.isfinite(request.speed) and request.speed > 0):
         raise InvalidRequest(f"speed must be a positive number (1 = as predicted, 2 = twice as fast), got "
                              f"{request.speed}", param="speed")
@@ -144,6 +147,18 @@ def check_common(request: SynthesisRequest, name: str, traits: FamilyTraits) -> 
         raise InvalidRequest(f"{name} has no speed control: {traits.speed}; use speed 1", param="speed")
     if request.params.top_p < 1.0 and not traits.nucleus:
         raise InvalidRequest(f"{name} samples with temperature and top_k only; top_p must be 1", param="top_p")
+
+
+def check_emotion(emotion: str, name: str, traits: FamilyTraits) -> None:
+    """An emotion is one of EMOTIONS, and one the family takes. The error names ``instructions``: the speech API's
+    field that carries it (``duet speak`` prints the message alone)."""
+    if emotion not in EMOTIONS:
+        raise InvalidRequest(f"unknown emotion {emotion!r}; choose one of: {', '.join(EMOTIONS)}",
+                             param="instructions", code="invalid_value")
+    if emotion not in traits.emotions:
+        note = traits.emotion_note or " (Luna models take one)"
+        raise InvalidRequest(f"{name} has no emotion control{note}", param="instructions",
+                             code="emotion_unsupported")
 
 
 def settle(out: StepOutput, produced: int, bound: int, stop_threshold: float) -> tuple[torch.Tensor, str | None]:
@@ -181,8 +196,8 @@ def restoring_generators(generators: Sequence[torch.Generator]) -> Iterator[None
 
 
 def plan_key(request: SynthesisRequest) -> Hashable:
-    """What a request's text plan depends on: its text, speed and voice prompt (not its sampling)."""
-    return request.text, request.speed, request.prompt  # a VoicePrompt hashes by identity
+    """What a request's text plan depends on: its text, emotion, speed and voice prompt (not its sampling)."""
+    return request.text, request.emotion, request.speed, request.prompt  # a VoicePrompt hashes by identity
 
 
 P = TypeVar("P")

@@ -19,6 +19,10 @@ codec's rate once, and every piece's request carries the same array (``Synthesis
 speech API's ``reference_audio`` becomes), so spoken and served cloning run the same step code. A model that cannot
 clone from a clip refuses it through the shared check (``runtime.check_common``).
 
+Expressive control (Luna): ``emotion`` (one of ``duet.text.tokens.EMOTIONS``) goes with every piece's request, and
+inline event tags in the text (``"Well [laugh] hello"``) stay in their piece; a family without emotion control
+refuses it through the shared check, before any decoding.
+
 ``chunks`` yields each piece's codes and audio as the codec's stream decoder gives them (every ``chunk_frames``
 frames or more: a Gepard frame, a Luna Realtime block, a Luna sentence); ``stream`` yields their audio with the gaps
 as chunks of their own; ``speak`` joins the same chunks, so ``speak(text).audio`` is the concatenation of
@@ -130,8 +134,9 @@ class Speaker:
                  temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
                  speed: float | None = None, steps: int | None = None, prompt: VoicePrompt | None = None,
                  voice_ref: str | Path | np.ndarray | torch.Tensor | None = None,
-                 voice_ref_rate: int | None = None) -> list[tuple[SynthesisRequest, int]]:
-        """One checked (request, seed) per piece of ``text``, each bounded by its family's frame bound."""
+                 voice_ref_rate: int | None = None, emotion: str | None = None) -> list[tuple[SynthesisRequest, int]]:
+        """One checked (request, seed) per piece of ``text``, each bounded by its family's frame bound; every piece
+        carries the same ``emotion``."""
         if steps is not None and not self.runtime.traits.steps:
             raise DuetError(f"{self.name} decodes one frame per step: steps applies to Luna models only")
         given = {k: v for k, v in (("temperature", temperature), ("top_k", top_k), ("cfg_scale", cfg_scale),
@@ -147,7 +152,7 @@ class Speaker:
         out = []
         for i, piece in enumerate(pieces):
             request = SynthesisRequest(piece, voice=voice, speed=1.0 if speed is None else speed, params=params,
-                                       prompt=prompt, reference=reference)
+                                       prompt=prompt, reference=reference, emotion=emotion)
             check_common(request, self.name, self.runtime.traits)
             bounded = replace(request, params=replace(params, max_frames=self.runtime.frame_bound(request)))
             self.runtime.check(bounded)
@@ -165,8 +170,8 @@ class Speaker:
 
     def speak(self, text: str, **options: Any) -> Speech:
         """The whole utterance: the same chunks as ``stream``, joined. Options: ``voice``, ``seed``,
-        ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``, ``prompt``, ``voice_ref`` and
-        ``voice_ref_rate`` (those the family takes)."""
+        ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``, ``prompt``, ``voice_ref``,
+        ``voice_ref_rate`` and ``emotion`` (those the family takes)."""
         requests = self.requests(text, **options)
         ended: list[str] = []
         parts = list(self._audio(self._chunks(requests, ended)))

@@ -8,8 +8,8 @@ control, cancellation, the codec's stream decoders and the HTTP API, and vLLM do
 (sized to duet's limits on CPU, ``kv_cache.py``) and the model.
 
 Per request: the text is tokenised with the checkpoint's tokenizer and wrapped as [SOT, text, EOT, SOS]
-(``duet.text.prompts.gepard_prompt``; a speaker prefix would be prepended as embeddings here), embedded with the
-checkpoint's own text embedding *outside* vLLM and sent as ``prompt_embeds``; vLLM decodes one frame-slot id per
+(``duet.text.prompts.gepard_prompt``), embedded with the checkpoint's own text embedding *outside* vLLM and sent
+as ``prompt_embeds``, after the voice prefix of a model that has one; vLLM decodes one frame-slot id per
 step (``sampler.py``, ``frames.py``), ending with STOP or at ``max_tokens = bound + 1`` (one spare step, so that
 a stop decision exactly at the bound reads as "stop", as in ``duet.gepard.generate``); the client turns ids back
 into (C, T) channel codes from the frame bank, checking each slot's stamp.
@@ -19,10 +19,15 @@ the client, once per request: the aligned vector of the SOS position joins the p
 positions 1 .. bound go into the request's table (``frames.AlignedTables``), which the model inside vLLM adds to
 each fed frame. The stock backbone inside vLLM is unchanged.
 
+A model with the voice compressor (``GepardConfig.voice``) reads K prefix vectors before its text, computed here
+in the client (``voice.VoicePrefix``): a request's reference clip compressed, or ``null_prefix`` for a request
+without one, as the built-in runtime (``duet.tts.gepard``) does. They are the first K prompt embeddings, so the
+prompt is [prefix | SOT, text, EOT, SOS] and the decode steps are unchanged.
+
 vLLM is imported when a GepardVLLM is built, never when this module is imported; building one spawns vLLM's
 worker process(es), so scripts that build it need an ``if __name__ == "__main__":`` guard.
 
-Shape legend: S prompt ids, D width, C channels (32), G packed groups (8), T frames.
+Shape legend: S prompt ids, K prefix vectors, D width, C channels (32), G packed groups (8), T frames.
 """
 
 from __future__ import annotations
@@ -92,10 +97,12 @@ class GepardVLLM:
             raise
 
     def _load(self, config: VLLMConfig) -> None:
-        """duet's side of the model: its config, tokenizer, text embedding, aligned layout and frame bank."""
+        """duet's side of the model: its config, tokenizer, text embedding, aligned layout, voice compressor and
+        frame bank."""
         from safetensors import safe_open
 
         from duet.gepard.config import GepardConfig
+        from duet.serve.vllm.voice import VoicePrefix
         from duet.text import get_tokenizer
         from duet.text.prompts import gepard_prompt
 
@@ -110,6 +117,7 @@ class GepardVLLM:
         with safe_open(str(self.model_dir / "model.safetensors"), framework="pt") as f:
             self.text_embedding = f.get_tensor("model.embed_tokens.weight").float()  # (V_text, D)
             self.layout = AlignedLayout.load(self.gepard, f) if self.gepard.aligned is not None else None
+            self.voice = VoicePrefix.load(self.gepard.voice, f) if self.gepard.voice is not None else None
         self.dtype = getattr(torch, config.dtype)
         self.config = config
         self.max_model_len = config.max_model_len or self.gepard.backbone.max_positions
@@ -156,29 +164,51 @@ class GepardVLLM:
             x = torch.cat([prefix.float(), x], dim=0)
         return x.to(self.dtype)
 
+    @property
+    def trained_codec(self) -> str:
+        """The name (or directory) of the codec the model was trained with: what it is served with by default."""
+        return self.hf["duet"].get("codec", {}).get("name") or "duet-fsq"
+
+    @property
+    def num_prefix(self) -> int:
+        """Prompt positions before the text: K for a model with the voice compressor, else 0."""
+        return self.voice.num_vectors if self.voice is not None else 0
+
+    def reference_prefix(self, codec, audio) -> torch.Tensor:
+        """A reference clip (mono float32 at ``codec``'s rate) -> the voice prefix (K, D) that ``add`` takes."""
+        if self.voice is None:
+            raise DuetError(f"{self.gepard.name} has no voice compressor: it cannot clone a voice")
+        return self.voice.of_clip(codec, audio)
+
     def predicted_frames(self, token_ids: Sequence[int], speed: float = 1.0) -> float:
         """How many frames an aligned model's duration predictor gives this text (wrapped ids)."""
         assert self.layout is not None, "only a model with aligned text input predicts its length"
         return float(self.layout.durations(token_ids, speed).sum())
 
     def add(self, token_ids: Sequence[int], params: SamplingParams, bound: int, seed: int,
-            speed: float = 1.0) -> VLLMRequest:
+            speed: float = 1.0, prefix: torch.Tensor | None = None) -> VLLMRequest:
         """Queue one request (wrapped text ids) to produce at most ``bound`` frames (``speed``: an aligned model's
-        speaking rate, > 1 faster)."""
+        speaking rate, > 1 faster; ``prefix`` (K, D): the voice prefix of a reference clip, ``reference_prefix``;
+        a model with the voice compressor reads ``null_prefix`` without one)."""
         from vllm import SamplingParams as VSamplingParams
 
-        if len(token_ids) + bound + 1 > self.max_model_len:
-            raise InvalidRequest(f"prompt + frames = {len(token_ids) + bound + 1} positions exceeds vLLM's "
-                                 f"max_model_len {self.max_model_len}", param="input", code="context_length_exceeded")
+        if self.voice is None and prefix is not None:
+            raise DuetError(f"{self.gepard.name} has no voice compressor: it takes no prefix")
+        if self.voice is not None and prefix is None:
+            prefix = self.voice.null()  # (K, D)
+        need = self.num_prefix + len(token_ids) + bound + 1
+        if need > self.max_model_len:
+            raise InvalidRequest(f"prompt + frames = {need} positions exceeds vLLM's max_model_len "
+                                 f"{self.max_model_len}", param="input", code="context_length_exceeded")
         key = random.SystemRandom().randrange(1, 2**31 - 1)
         vparams = VSamplingParams(temperature=0.0, max_tokens=bound + 1, stop_token_ids=[STOP_ID], detokenize=False,
                                   extra_args={EXTRA_KEY: request_params(params, seed, key)})
         rid = uuid.uuid4().hex
-        embeds = self.prompt_embeds(token_ids)  # (S, D)
+        embeds = self.prompt_embeds(token_ids, prefix)  # (K + S, D)
         if self.layout is not None:
             assert self.tables is not None
             table = self.layout.table(self.text_embedding, token_ids, bound + 1, speed)  # (bound + 1, D)
-            embeds[-1] += table[0].to(embeds.dtype)  # SOS predicts frame 0 (GepardModel.prefill)
+            embeds[-1] += table[0].to(embeds.dtype)  # SOS, the last position, predicts frame 0 (GepardModel.prefill)
             self.tables.write(key, table)
         try:
             self.engine.add_request(rid, {"prompt_embeds": embeds}, vparams)
@@ -296,9 +326,9 @@ class _State:
 
 class VLLMGepardAdapter:
     """``duet.serve.adapter.ModelAdapter`` over :class:`GepardVLLM`: duet's engine admits, streams and cancels;
-    each duet engine step is one vLLM step for every running request."""
+    each duet engine step is one vLLM step for every running request. A model with the voice compressor clones
+    from a request's reference clip (its prefix is computed here, in prefill, with the served codec)."""
 
-    supports_cloning = False
     cache_bytes_per_position = 0  # vLLM owns the KV cache and its budget; duet only bounds concurrency
 
     def __init__(self, vllm: GepardVLLM, codec, name: str | None = None, voices: tuple[str, ...] = ("default",)):
@@ -311,7 +341,10 @@ class VLLMGepardAdapter:
         self.name = name or vllm.files.source.name  # the model id clients send: the directory's name, as built-in
         self.default_params = GepardRuntimeConfig().params  # the built-in engine's Gepard defaults
         no_speed = None if vllm.layout is not None else "it has no duration predictor (no aligned text input)"
-        self.traits = FamilyTraits(voices=voices, speed=no_speed, nucleus=True, cloning_note=" yet")
+        self.supports_cloning = vllm.voice is not None
+        self.traits = FamilyTraits(voices=voices, speed=no_speed, nucleus=True, cloning=self.supports_cloning,
+                                   cloning_note=": it has no voice compressor (train one with duet train gepard "
+                                                "--voice-prefix)")
         self.fsq = GroupFSQ(FSQConfig())
         if tuple(self.fsq.config.channel_levels) != vllm.levels:
             raise DuetError("the FSQ packing does not match the model's channel levels")
@@ -327,12 +360,15 @@ class VLLMGepardAdapter:
         check_request(request, self)  # the checks every family shares, then check() below
 
     def check(self, request: SynthesisRequest) -> None:
-        """What only this path knows: no guidance, the predicted length and vLLM's positions."""
-        from duet.tts.gepard import check_predicted_length
+        """What only this path knows: no guidance, a clip the codec can encode, the predicted length and vLLM's
+        positions."""
+        from duet.tts.gepard import check_predicted_length, check_reference
 
         if request.params.cfg_scale not in (None, 1.0):
             raise InvalidRequest("the vLLM path samples without classifier-free guidance; cfg_scale must be 1",
                                  param="cfg_scale")
+        if request.reference is not None:
+            check_reference(request.reference, self.codec.samples_per_frame)
         if self.vllm.layout is not None and request.params.max_frames is None:
             check_predicted_length(self.vllm.predicted_frames(self.vllm.encode(request), request.speed),
                                    self.frame_bound(request), self.codec.frame_rate, self._bound.margin_frames)
@@ -345,16 +381,17 @@ class VLLMGepardAdapter:
         from duet.gepard.generate import frame_bound
         from duet.gepard.model import NUM_SERVICE_TOKENS
 
-        return min(self.max_frames, frame_bound(self.prompt_positions(request) - NUM_SERVICE_TOKENS, self._bound))
+        return min(self.max_frames, frame_bound(len(self.vllm.encode(request)) - NUM_SERVICE_TOKENS, self._bound))
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
-        return len(self.vllm.encode(request))
+        return self.vllm.num_prefix + len(self.vllm.encode(request))  # [prefix | text ending in SOS]
 
     def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[_State]:
         states = []
         for request, seed in zip(requests, seeds):
             bound = request.params.max_frames or self.frame_bound(request)
-            vreq = self.vllm.add(self.vllm.encode(request), request.params, bound, seed, request.speed)
+            prefix = None if request.reference is None else self.vllm.reference_prefix(self.codec, request.reference)
+            vreq = self.vllm.add(self.vllm.encode(request), request.params, bound, seed, request.speed, prefix)
             states.append(_State(request, vreq))
         return states  # vLLM prefills them in its next step
 
@@ -386,8 +423,7 @@ def load_vllm_adapter(model: str, codec: str | None = None, config: VLLMConfig =
 
     engine = GepardVLLM(model, config)
     try:
-        codec_name = codec or engine.hf["duet"].get("codec", {}).get("name") or "duet-fsq"
-        return VLLMGepardAdapter(engine, load(codec_name), name=name)
+        return VLLMGepardAdapter(engine, load(codec or engine.trained_codec), name=name)
     except BaseException:
         engine.close()
         raise

@@ -7,7 +7,8 @@ Writes ``OUT_DIR/config.json``: a Qwen3 config (what vLLM's ``Qwen3Model`` reads
 ``frame_slots``, ``text_vocab_size``, ``aligned_input``) and the original duet checkpoint metadata under ``duet`` (config, codec);
 ``model.safetensors`` unchanged (duet's names are already vLLM's: ``model.*``, ``audio_interface.*``,
 ``heads.*``; the text embedding stays in it, because the client computes prompt embeddings from it, and so do an
-aligned model's ``aligned.*`` and ``duration.*``, which the client runs and vLLM's loader skips); and
+aligned model's ``aligned.*`` and ``duration.*`` and a cloning model's voice compressor ``qformer.*``, which the
+client runs and vLLM's loader skips); and
 ``tokenizer.json`` (the client's, vLLM runs with ``skip_tokenizer_init``).
 
 ``vocab_size`` is what vLLM believes the vocabulary is: ``1 + frame_slots`` token ids (STOP + frame-bank slots,
@@ -41,9 +42,6 @@ def vllm_config(meta: dict, frame_slots: int = DEFAULT_FRAME_SLOTS) -> dict:
     from duet.nn.backbone import qwen3_config
 
     config = GepardConfig.from_dict(meta["config"])
-    if config.voice is not None:  # its K prefix vectors would have to enter as prompt embeddings; not built yet
-        raise DuetError(f"{config.name} has a voice compressor, which the vLLM path does not run yet; serve it with "
-                        "duet's own engine (duet serve)")
     bb = config.backbone
     hf = qwen3_config(bb).to_dict()
     hf.pop("attn_implementation", None)

@@ -2,9 +2,11 @@
 
 The page (``index.html`` + ``app.js``) lists models from ``/v1/models`` and voices from ``/v1/audio/voices``,
 posts to ``/v1/audio/speech`` with ``stream_format="sse"``, plays each PCM chunk through WebAudio as it arrives and
-offers the whole utterance as a WAV download; in "type and hear" mode it opens a ``/v1/audio/speech/stream``
-session and sends the text as it is typed, so each sentence is heard as soon as it is finished. It talks to the
-public API only, so it is also a worked example of both streaming clients.
+offers the whole utterance as a WAV download (``wav.js``); for a model that clones from a clip (``cloning`` in
+``/v1/audio/voices``) it uploads or records a reference clip and sends it as ``reference_audio``, a 16-bit mono WAV
+(``clip.js``); in "type and hear" mode it opens a ``/v1/audio/speech/stream`` session and sends the text as it is
+typed, so each sentence is heard as soon as it is finished. It talks to the public API only, so it is also a worked
+example of both streaming clients.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from importlib import resources
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
-ASSETS = {"app.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}
+JS = "text/javascript; charset=utf-8"
+ASSETS = {"app.js": JS, "wav.js": JS, "clip.js": JS, "page.css": "text/css; charset=utf-8"}
 ROUTES = ("/", *(f"/web/{name}" for name in ASSETS))
 # Everything is same-origin; nothing is fetched from elsewhere.
 _CSP = "default-src 'self'; connect-src 'self' blob:; media-src 'self' blob:"  # blob: is the WAV download

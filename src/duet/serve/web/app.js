@@ -4,7 +4,12 @@
 // see duet/serve/schemas.py) -> each `speech.audio.delta` carries base64 16-bit little-endian mono PCM at the
 // rate in the X-Sample-Rate header -> one WebAudio buffer per chunk, scheduled back to back on the AudioContext's
 // clock, so playback starts with the first chunk instead of after the whole utterance. The same samples are kept
-// and turned into a WAV file at the end (or at Stop). No build step, no dependencies: plain browser APIs.
+// and turned into a WAV file at the end (or at Stop; wav.js). No build step, no dependencies: plain browser APIs.
+//
+// Voice cloning: for a model that clones from a clip (`cloning` in /v1/audio/voices) the page shows a control to
+// upload or record a reference clip (clip.js); while one is set, each request sends it as `reference_audio` (a
+// base64 16-bit mono WAV) instead of a voice name. "Type and hear" sessions take no clip, so that mode is off
+// while one is set.
 //
 // "Type and hear" mode: a WebSocket session on /v1/audio/speech/stream (duet/serve/text_stream.py). Text typed at
 // the end of the box is sent as deltas while you type; the server speaks each sentence or clause as soon as it is
@@ -21,6 +26,9 @@ const duet = (window.duet = {
   state: "loading", // loading | idle | streaming | done | stopped | error
   samples: 0, chunks: 0, sampleRate: 0, ttfaMs: null, underruns: 0, wavBytes: 0,
   finishReason: null, error: null, pieces: [],
+  cloning: false, // the model clones from a reference clip
+  clip: "none", // none | reading | recording | ready | error
+  reference: null, // the clip that requests send: { source, name, seconds, bytes }
 });
 
 function setStatus(state, text) {
@@ -99,24 +107,12 @@ class StreamPlayer {
   }
 }
 
-function wavBlob(chunks, rate) {
-  const n = chunks.reduce((s, c) => s + c.length, 0);
-  const view = new DataView(new ArrayBuffer(44 + 2 * n));
-  const ascii = (at, s) => [...s].forEach((ch, i) => view.setUint8(at + i, ch.charCodeAt(0)));
-  ascii(0, "RIFF"); view.setUint32(4, 36 + 2 * n, true); ascii(8, "WAVE");
-  ascii(12, "fmt "); view.setUint32(16, 16, true); view.setUint16(20, 1, true); view.setUint16(22, 1, true);
-  view.setUint32(24, rate, true); view.setUint32(28, 2 * rate, true); view.setUint16(32, 2, true);
-  view.setUint16(34, 16, true);
-  ascii(36, "data"); view.setUint32(40, 2 * n, true);
-  let at = 44;
-  for (const c of chunks) for (let i = 0; i < c.length; i++, at += 2) view.setInt16(at, c[i], true);
-  return new Blob([view.buffer], { type: "audio/wav" });
-}
-
 let ctx = null;
 let controller = null;
 let player = null;
 let wavUrl = null;
+let clip = null; // the ReferenceClip (clip.js) of a model that clones from a clip
+let clipUrl = null;
 
 function showStats() {
   $("ttfa").textContent = duet.ttfaMs === null ? "-" : `${duet.ttfaMs.toFixed(0)} ms`;
@@ -153,6 +149,10 @@ async function speak(event) {
   showStats();
   const body = { model: $("model").value, voice: $("voice").value, input: text, response_format: "pcm",
                  stream_format: "sse" };
+  if (clip?.clip) {
+    body.reference_audio = clip.clip.base64; // the cloned voice replaces the named one
+    delete body.voice;
+  }
   if ($("seed").value !== "") body.seed = Number($("seed").value);
 
   const chunks = [];
@@ -300,6 +300,70 @@ function submit(event) {
   else session.ws.addEventListener("open", end, { once: true });
 }
 
+// --- reference clip for voice cloning ----------------------------------------------------------------------------
+
+function showClip(c) {
+  duet.clip = c ? "ready" : "none";
+  duet.reference = c && { source: c.source, name: c.name, seconds: c.seconds, bytes: c.bytes };
+  if (clipUrl) URL.revokeObjectURL(clipUrl);
+  clipUrl = c && URL.createObjectURL(c.wav);
+  $("clip-player").hidden = !c;
+  if (c) $("clip-player").src = clipUrl;
+  else $("clip-player").removeAttribute("src");
+  $("clip-info").textContent = c ? `${c.name}: ${c.seconds.toFixed(1)} s, sent with each request.`
+                                 : "No clip: the model speaks with the voice above.";
+  $("clip-clear").disabled = !c;
+  $("voice").disabled = Boolean(c);
+  $("live").disabled = Boolean(c);
+  if (c) $("live").checked = false;
+}
+
+function clipFailed(err) {
+  duet.clip = "error";
+  duet.error = err.message || String(err);
+  setStatus("error", `Cannot use that clip: ${duet.error}`);
+}
+
+async function clipUploaded() {
+  const file = $("clip-file").files[0];
+  if (!file) return;
+  duet.clip = "reading";
+  try {
+    await clip.load(file, "upload", file.name);
+    setStatus("idle", "Clip ready.");
+  } catch (err) {
+    clipFailed(err);
+  } finally {
+    $("clip-file").value = ""; // choosing the same file again reloads it
+  }
+}
+
+async function recordClicked() {
+  if (clip.recording) return clip.stop(); // the pending record() goes on to load the recording
+  duet.clip = "recording";
+  $("record").textContent = "Stop recording";
+  setStatus("idle", "Recording... click Stop recording when done.");
+  try {
+    await clip.record();
+    setStatus("idle", "Clip ready.");
+  } catch (err) {
+    clipFailed(err);
+  } finally {
+    $("record").textContent = "Record";
+  }
+}
+
+function setUpCloning(sampleRate) {
+  duet.cloning = true;
+  clip = new ReferenceClip(sampleRate, showClip);
+  $("cloning").hidden = false;
+  $("clip-file").addEventListener("change", clipUploaded);
+  $("record").addEventListener("click", recordClicked);
+  $("record").disabled = !(navigator.mediaDevices && window.MediaRecorder); // e.g. a page not served over https
+  $("clip-clear").addEventListener("click", () => clip.clear());
+  showClip(null);
+}
+
 async function init() {
   $("form").addEventListener("submit", submit);
   $("text").addEventListener("input", typed);
@@ -309,6 +373,7 @@ async function init() {
     fill($("model"), models.data.map((m) => m.id));
     fill($("voice"), voices.data.map((v) => v.id));
     duet.sampleRate = voices.sample_rate;
+    if (voices.cloning) setUpCloning(voices.sample_rate);
     setStatus("idle", "Ready.");
   } catch (err) {
     duet.error = err.message;

@@ -107,3 +107,18 @@ def test_causal_run_warm_starts_from_a_non_causal_codec(tmp_path):
     other = replace(cfg, model=replace(cfg.model, dec_dim=48))
     with pytest.raises(DuetError, match="different model config"):
         CodecTrainer(other, crops).init_from(tmp_path / "plain")
+
+
+def test_the_shipped_causal_codec_streams_with_its_state():
+    """checkpoints/duet-fsq-causal: duet-fsq's encoder and codes, a causal decoder that carries its state."""
+    from duet.codecs import load
+
+    causal, plain = load("duet-fsq-causal"), load("duet-fsq")
+    assert causal.carries_decoder_state and causal.decoder_context[1] == 0
+    for key, value in plain.state_dict().items():  # the same encoder and quantiser: the codes stay valid
+        if not key.startswith("decoder."):
+            torch.testing.assert_close(causal.state_dict()[key], value)
+    codes = _codes(causal, 12, 3)
+    dec = causal.stream_decoder()
+    streamed = torch.cat([dec.push(codes[..., :5]), dec.push(codes[..., 5:]), dec.flush()], dim=-1)
+    torch.testing.assert_close(streamed, causal.decode(codes).audio, atol=1e-4, rtol=0)

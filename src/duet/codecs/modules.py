@@ -256,11 +256,8 @@ class ISTFTHead(nn.Module):
         N - hop samples beyond it hold the partial sums that the next chunk's windows complete."""
         if self.layout != "causal":
             raise ValueError("only the causal iSTFT layout runs chunk by chunk")
-        frames = self._frames(x)  # (B, f, N)
-        f = frames.shape[1]
-        total = (f - 1) * self.hop + self.n_fft
-        y = F.fold(frames.transpose(1, 2), output_size=(1, total), kernel_size=(1, self.n_fft),
-                   stride=(1, self.hop)).reshape(x.shape[0], total)  # (B, (f - 1) * hop + N)
+        f = x.shape[-1]
+        y = overlap_add(self._frames(x), self.hop, 0, (f - 1) * self.hop + self.n_fft)  # (B, (f - 1) * hop + N)
         y = torch.cat([y[:, : tail.shape[-1]] + tail, y[:, tail.shape[-1] :]], dim=-1)
         done = f * self.hop
         return y[:, :done] / self.envelope, y[:, done:]

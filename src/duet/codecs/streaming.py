@@ -100,11 +100,10 @@ class StatefulStreamDecoder:
     (B, t*spf), next state)`` whose joined chunks equal the full decode; ``initial_state(B)`` starts a stream."""
 
     def __init__(self, decode_chunk: Callable[[torch.Tensor, Any], tuple[torch.Tensor, ChunkState]],
-                 initial_state: Callable[[int], ChunkState], samples_per_frame: int,
+                 initial_state: Callable[[int], ChunkState],
                  check: Callable[[torch.Tensor], torch.Tensor] | None = None, batch_key: Hashable | None = None):
         self.decode_chunk, self.initial_state = decode_chunk, initial_state
-        self.spf, self.check, self.batch_key = samples_per_frame, check, batch_key
-        self.left, self.right = 0, 0  # no context is re-decoded, none is waited for
+        self.check, self.batch_key = check, batch_key
         self._state: ChunkState | None = None
         self._batch = 1
 

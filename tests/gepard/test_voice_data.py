@@ -136,10 +136,12 @@ def test_voice_prefix_flag_trains_logs_its_terms_and_exports(corpus, tmp_path):
     run = tmp_path / "run"
     argv = ["gepard", "--preset", "gepard-tiny", "--shards", str(shards), "--manifest", str(manifest), "--out",
             str(run), "--steps", "2", "--batch-frames", "200", "--val-every", "0", "--bpe-vocab", "300",
-            "--voice-prefix", "--max-reference-frames", "6", "--quiet"]
+            "--voice-prefix", "--voice-lr-multiplier", "1", "--max-reference-frames", "6",
+            "--hold-out-speakers", "nobody", "--quiet"]
     assert main(argv) == 0
     cfg = read_run_config(run, GepardTrainConfig)
     assert cfg.model.voice is not None and cfg.model.voice.width == 256 and cfg.data.max_reference_frames == 6
+    assert cfg.model.voice.lr_multiplier == 1.0 and cfg.data.held_out_speakers == ("nobody",)
     logged = [r for r in read_metrics(run / "metrics.jsonl") if "div" in r]
     assert logged and all(r["div"] >= 0 and r["supcon"] >= 0 for r in logged)
     assert main(["gepard-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0

@@ -21,6 +21,11 @@ phones are mapped to those words by :func:`align_words` (espeak-ng reads "of the
 share one span, so a consumer may see two words with the same start and end (none did among the 119,427 words of
 the English text pool). The sidecar is written before the audio (both atomically), so a finished audio file of a
 source that writes timing always has its sidecar.
+
+A model that reads IPA (a phoneme tokenizer) trains on IPA timing. :func:`ipa_from_words` turns a sidecar in a
+synthesiser's own phone set into one: the text's espeak-ng IPA (what the model will read at inference) is cut into
+words by :func:`align_words`, and each word's characters share that word's time span, speech characters in equal
+parts. Phone boundaries inside a word are then approximate; word boundaries are the synthesiser's own.
 """
 
 from __future__ import annotations
@@ -148,6 +153,7 @@ def is_separator(unit: str) -> bool:
 
 
 text_words = spoken_words  # the words of a text as spoken: one rule for the corpus timing and the inline tags
+STRESS = frozenset("ˈˌ")  # espeak-ng's stress marks: they start a syllable and take no time
 
 
 def align_words(units: Sequence[Hashable], word_units: Sequence[Sequence[Hashable]],
@@ -284,3 +290,44 @@ def word_times(words: Sequence[str], spans: Sequence[tuple[int, int]], phones: S
         b = max(b, a + 1)
         out.append((word, phones[a][1], phones[min(b, len(phones)) - 1][2]))
     return tuple(out)
+
+
+def ipa_from_words(timing: Timing, ipa: str, word_ipa: Sequence[str]) -> Timing:
+    """``timing`` with word times (any alphabet) -> IPA timing of ``ipa``, the espeak-ng reading of the same text.
+
+    ``word_ipa`` is each of ``timing.words`` read on its own (their IPA). Each word's span of ``ipa`` characters
+    (:func:`align_words`) shares the word's time span, its speech characters in equal parts in order, stress marks
+    and other silent characters at no length; separators between words sit at the end of the word before, those
+    before the first word at its start. Words that ``align_words`` could not tell apart share their joint span.
+    """
+    if len(word_ipa) != len(timing.words):
+        raise DuetError(f"{len(word_ipa)} word readings for {len(timing.words)} timed words")
+    if not timing.words:
+        raise DuetError("no timed words to lay the IPA out by")
+    units = list(ipa)
+    spans = align_words(units, word_ipa, is_boundary=is_separator, is_ignored=lambda ch: ch in STRESS)
+    joint: dict[tuple[int, int], tuple[float, float]] = {}
+    for (a, b), (_, start, end) in zip(spans, timing.words):
+        lo, hi = joint.get((a, b), (start, end))
+        joint[(a, b)] = (min(lo, start), max(hi, end))
+    times: list[tuple[float, float] | None] = [None] * len(units)
+    for (a, b), (start, end) in joint.items():
+        speech = {i for i in range(a, b) if is_speech(units[i])}
+        n, k = max(1, len(speech)), 0
+        for i in range(a, b):
+            t = start + (end - start) * k / n
+            if i in speech:
+                k += 1
+                times[i] = (t, start + (end - start) * k / n)
+            else:
+                times[i] = (t, t)
+    first = min(a for a, _ in joint)
+    now = timing.words[0][1]
+    phones = []
+    for i, unit in enumerate(units):
+        span = times[i]
+        if span is None:  # a separator (or unread character) between words: at the end of the word before
+            span = (now, now) if i > first else (timing.words[0][1],) * 2
+        phones.append((unit, *span))
+        now = span[1]
+    return Timing(ipa, tuple(phones), timing.words, IPA)

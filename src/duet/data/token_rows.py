@@ -32,6 +32,7 @@ class LunaDataConfig:
     max_frames: int = 750  # longer utterances are left out (30 s at 25 Hz, Realtime's serving bound too)
     bucket_width: int = 16  # positions per length bucket; rows within a bucket are shuffled each epoch
     languages: tuple[str, ...] = ()  # keep only manifest languages starting with one of these; () = all
+    held_out_speakers: tuple[str, ...] = ()  # speakers left out of every split (unseen voices for evaluation)
     normalize: bool = True  # English text normalisation (numbers, money, abbreviations -> words)
     val_items: int = 64  # held-out utterances scored at each validation (0 = no validation)
     seed: int = 0

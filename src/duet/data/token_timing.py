@@ -1,7 +1,8 @@
 """Per-token durations from a synthesiser's phone timing: what aligned text input trains on.
 
 A corpus timing sidecar (``duet.data.timing``) gives the IPA string a voice read and the time span of each of its
-characters. A tokenizer cuts that same string into tokens with character offsets, so each token's span is that of
+characters (a sidecar in Festival's or Flite's phone set is first laid over the text's IPA by its word times,
+``duet.data.timing.ipa_from_words``). A tokenizer cuts that same string into tokens with character offsets, so each token's span is that of
 its characters: it starts where its first character starts. Durations are differences of consecutive starts, so
 a pause between two characters belongs to the token before it, and the durations of a row add up exactly::
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from duet.data.manifest import Utterance
-from duet.data.timing import IPA, read_timing, timing_path
+from duet.data.timing import IPA, ipa_from_words, read_timing, text_words, timing_path
 from duet.errors import DuetError
 
 
@@ -69,11 +70,32 @@ class TimedText:
     durations: tuple[float, ...]  # frames per token of [SOT, *ids, EOT], adding up to ``frames``
 
 
+def _ipa_timings(utterances: Sequence[Utterance], timings: dict, voice: str) -> dict:
+    """Sidecars in a synthesiser's own phone set (Festival, Flite) -> IPA timing of the text's espeak-ng reading in
+    ``voice`` (:func:`duet.data.timing.ipa_from_words`): id -> Timing, or None where the words do not match."""
+    from duet.text.phonemes import phonemize_many
+
+    if not utterances:
+        return {}
+    words = [text_words(u.text) for u in utterances]
+    vocab = sorted({w for ws in words for w in ws})
+    word_ipa = dict(zip(vocab, phonemize_many(vocab, voice), strict=True))
+    out = {}
+    for u, ipa, ws in zip(utterances, phonemize_many([u.text for u in utterances], voice), words, strict=True):
+        timing = timings[u.id]
+        if [w for w, _, _ in timing.words] != ws:  # a sidecar of another text, or of another word rule
+            out[u.id] = None
+            continue
+        out[u.id] = ipa_from_words(timing, ipa, [word_ipa[w] for w in ws])
+    return out
+
+
 def timed_texts(utterances: Sequence[Utterance], root: Path, tokenizer, frames_of, frame_rate: float,
                 dropped: dict[str, int]) -> list[TimedText]:
-    """The utterances whose timing sidecar (under corpus ``root``) is in IPA, tokenised by ``tokenizer``'s BPE
-    (a phoneme tokenizer: inference phonemises, so training reads IPA too). ``frames_of(id)`` is the utterance's
-    frame count; the others are counted in ``dropped["no_timing"]``."""
+    """The utterances with a timing sidecar (under corpus ``root``), tokenised by ``tokenizer``'s BPE (a phoneme
+    tokenizer: inference phonemises, so training reads IPA too). A sidecar in IPA (Piper) is read as it is; one in a
+    synthesiser's own phone set (Festival, Flite) is laid over the text's IPA by its word times. ``frames_of(id)``
+    is the utterance's frame count; the others are counted in ``dropped["no_timing"]``."""
     from duet.text.phonemes import phoneme_tokenizer_class
 
     if not isinstance(tokenizer, phoneme_tokenizer_class()):
@@ -81,11 +103,16 @@ def timed_texts(utterances: Sequence[Utterance], root: Path, tokenizer, frames_o
                         "(--tokenizer train-phoneme-bpe)")
     backend = tokenizer.backend_tokenizer  # the BPE itself: a phoneme tokenizer's encode would phonemise again
     dropped.setdefault("no_timing", 0)
-    out = []
+    timings = {}
     for u in utterances:
         path = timing_path(root / u.path)
-        timing = read_timing(path) if path.is_file() else None
-        if timing is None or timing.alphabet != IPA:  # no file, or a synthesiser's own phone set (no offsets)
+        timings[u.id] = read_timing(path) if path.is_file() else None
+    timings.update(_ipa_timings([u for u in utterances if timings[u.id] is not None
+                                 and timings[u.id].alphabet != IPA], timings, tokenizer.voice))
+    out = []
+    for u in utterances:
+        timing = timings[u.id]
+        if timing is None or timing.alphabet != IPA:  # no file, or no word times to read the IPA by
             dropped["no_timing"] += 1
             continue
         encoding = backend.encode(timing.phonemes, add_special_tokens=False)

@@ -5,13 +5,14 @@ text the same way whichever model speaks it:
 
 - ``prepare_text``: the utterance's text through ``duet.text.prompts.prepare_input`` (English normalisation for
   languages ``en*``; others as written), as inference prepares a request's text;
-- ``select_utterances``: one split, optionally only some languages, optionally a fixed subset spread over speakers
-  (validation: the first ``limit`` in id-hash order);
+- ``select_utterances``: one split, optionally only some languages and without held-out speakers (voices kept
+  unseen for evaluation), optionally a fixed subset spread over speakers (validation: the first ``limit`` in id-hash
+  order);
 - ``coded_texts``: a split's utterances that have codes and something to say, with their prepared text, and
   :class:`SplitFacts`, the counts and summary every family's split data reports;
 - ``train_tokenizer``: duet's byte-level BPE trained on the prepared training texts.
 
-A data config passes as anything with ``languages`` and ``normalize`` fields (:class:`TextSelection`), which every
+A data config passes as anything with ``languages``, ``normalize`` and ``held_out_speakers`` fields (:class:`TextSelection`), which every
 family's frozen data config has.
 """
 
@@ -29,6 +30,7 @@ from duet.text.prompts import prepare_input
 class TextSelection(Protocol):
     languages: tuple[str, ...]  # keep only manifest languages starting with one of these; () = all
     normalize: bool  # English text normalisation (numbers, money, abbreviations -> words)
+    held_out_speakers: tuple[str, ...]  # speakers left out (voices kept unseen for evaluation)
 
 
 def prepare_text(utt: Utterance, cfg: TextSelection) -> str:
@@ -48,6 +50,8 @@ def select_utterances(manifest: str | Path | Sequence[Utterance], split: str,
     if cfg.languages:
         keep = [u for u in keep if any(u.language == lang or u.language.startswith(lang + "-")
                                        for lang in cfg.languages)]
+    if cfg.held_out_speakers:
+        keep = [u for u in keep if u.speaker not in cfg.held_out_speakers]
     return keep
 
 

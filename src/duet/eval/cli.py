@@ -68,7 +68,11 @@ def _register_sets_and_runs(evsub) -> None:
     build.add_argument("--words", default=None,
                        help="word list for --kind words without --manifest (default /usr/share/dict/words)")
     build.add_argument("--out", required=True, type=Path, help="directory for meta.lst")
-    build.add_argument("--split", default="test")
+    build.add_argument("--split", default="test", help="targets' split ('all': every split, e.g. of voices held "
+                       "out of training with --hold-out-speakers)")
+    build.add_argument("--speakers", default=None, metavar="S1,S2", help="targets of these speakers only")
+    build.add_argument("--per-speaker", type=int, default=None, metavar="N",
+                       help="the first N targets of each speaker")
     build.add_argument("--language", default="en")
     build.add_argument("--max-short-words", type=int, default=2)
     build.add_argument("--reference-voice", default=None, metavar="VOICE",
@@ -161,7 +165,9 @@ def run_build_set(args: argparse.Namespace) -> int:
         raise DuetError(f"--kind {args.kind} needs --manifest (the corpus to draw targets and prompts from)")
     config = BuildConfig(kind=args.kind, split=args.split, language=args.language,
                          max_short_words=args.max_short_words, min_prompt_s=args.min_prompt_s,
-                         max_prompt_s=args.max_prompt_s, limit=args.limit, seed=args.seed)
+                         max_prompt_s=args.max_prompt_s, limit=args.limit, seed=args.seed,
+                         speakers=tuple(s.strip() for s in (args.speakers or "").split(",") if s.strip()),
+                         per_speaker=args.per_speaker)
     built = build_set(args.manifest, args.out, config)
     print(f"wrote {built.path}: {built.items} items")
     for reason, n in sorted(built.skipped.items()):

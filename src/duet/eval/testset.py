@@ -215,7 +215,9 @@ def impostor_prompts(items: Sequence[TestItem], speakers: dict[str, str], limit:
 @dataclass(frozen=True)
 class BuildConfig:
     kind: Literal["clone", "short"] = "clone"
-    split: str = "test"
+    split: str = "test"  # "all": targets from every split (e.g. of voices held out of training)
+    speakers: tuple[str, ...] = ()  # targets of these speakers only (() = all)
+    per_speaker: int | None = None  # the first N targets of each speaker (manifest order)
     language: str = "en"  # the bundled ASR is English Whisper; other languages would measure the ASR
     max_short_words: int = 2  # short register: 1..max_short_words words; clone: more than that
     min_prompt_s: float = 2.0
@@ -231,6 +233,13 @@ class BuildConfig:
             raise DuetError(f"need 0 < min_prompt_s <= max_prompt_s, got {self.min_prompt_s}, {self.max_prompt_s}")
         if self.limit is not None and self.limit < 1:
             raise DuetError(f"limit must be at least 1, got {self.limit}")
+        if self.per_speaker is not None and self.per_speaker < 1:
+            raise DuetError(f"per_speaker must be at least 1, got {self.per_speaker}")
+
+    def targets(self, entry) -> bool:
+        """Whether a manifest entry's split and speaker make it a candidate target."""
+        return ((self.split == "all" or entry.split == self.split)
+                and (not self.speakers or entry.speaker in self.speakers))
 
 
 @dataclass(frozen=True)
@@ -255,8 +264,9 @@ def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = B
     from duet.data.manifest import audio_path, read_manifest, split_key
 
     entries = read_manifest(manifest)
-    if not any(e.split == config.split for e in entries):
-        raise DuetError(f"{manifest} has no entries in split {config.split!r}")
+    if not any(config.targets(e) for e in entries):
+        who = f" of speakers {', '.join(config.speakers)}" if config.speakers else ""
+        raise DuetError(f"{manifest} has no entries{who} in split {config.split!r}")
     lang = [e for e in entries if e.language == config.language]
     by_speaker = defaultdict(list)
     for e in sorted(lang, key=lambda e: e.id):
@@ -267,7 +277,10 @@ def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = B
     skipped: Counter[str] = Counter()
     items: list[TestItem] = []
     speakers: dict[str, str] = {}
-    for target in (e for e in lang if e.split == config.split):
+    per_speaker: Counter[str] = Counter()
+    for target in (e for e in lang if config.targets(e)):
+        if config.per_speaker is not None and per_speaker[target.speaker] >= config.per_speaker:
+            continue
         n = _words(target.text)
         is_short = 1 <= n <= config.max_short_words
         if n == 0 or is_short != (config.kind == "short"):
@@ -287,6 +300,7 @@ def build_set(manifest: str | Path, out_dir: str | Path, config: BuildConfig = B
         items.append(TestItem(utt=target.id, prompt_text=prompt.text, prompt_wav=audio_path(manifest, prompt),
                               target_text=target.text, gt_wav=audio_path(manifest, target), line=len(items) + 1))
         speakers[target.id] = target.speaker
+        per_speaker[target.speaker] += 1
         if config.limit is not None and len(items) >= config.limit:
             break
     if not items:

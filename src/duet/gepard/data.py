@@ -79,6 +79,7 @@ class GepardDataConfig:
     max_frames: int = 860  # longer utterances are left out (the report's longest clip: 40 s at 21.5 Hz, §4.1.1)
     bucket_width: int = 16  # positions per length bucket; rows within a bucket are shuffled each epoch
     languages: tuple[str, ...] = ()  # keep only manifest languages starting with one of these; () = all
+    held_out_speakers: tuple[str, ...] = ()  # speakers left out of every split (unseen voices for evaluation)
     normalize: bool = True  # English text normalisation (numbers, money, abbreviations -> words)
     augment: bool = True  # short-register repetition in training batches
     repetition: RepetitionConfig = field(default_factory=RepetitionConfig)

@@ -203,6 +203,7 @@ class PromptsConfig:
     manifest: str = ""  # texts of this corpus's ``split``
     split: str = "train"
     languages: tuple[str, ...] = ()  # manifest languages to keep (() = all)
+    held_out_speakers: tuple[str, ...] = ()  # speakers whose utterances are never prompts
     texts: str = ""  # or a text file, one prompt per line (in ``language``)
     language: str = "en"
     limit: int = 256  # prompts at most

@@ -61,6 +61,7 @@ class PromptSelection:
     val_split: str = "val"  # held-out prompts for validation ("" = none)
     val_items: int = 8  # the first N held-out utterances in id-hash order (speakers spread)
     languages: tuple[str, ...] = ("en",)  # manifest languages to keep; () = all
+    held_out_speakers: tuple[str, ...] = ()  # speakers whose utterances are never prompts
     max_items: int = 0  # the first N training prompts in id-hash order; 0 = all
     similarity: bool = True  # each prompt's own recording is the reference voice of the SIM reward (off: no SIM)
 

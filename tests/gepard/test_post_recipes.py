@@ -238,3 +238,46 @@ def test_a_voice_model_clones_from_a_clip_through_its_compressor(tmp_path):
     torch.testing.assert_close(store.tensor(store.records[0], "prefix"), prefix[0])
     with pytest.raises(DuetError, match="no voice compressor"):
         clip_prefix(load_gepard(write_tiny_gepard(tmp_path / "plain")).model, codec)
+
+
+def test_an_aligned_voice_model_guides_through_the_null_prefix_and_its_pairs_keep_the_layout(tmp_path):
+    """Aligned text input has no text-dropped path; a voice model's CFG swaps the speaker for the null prefix, keeps
+    the text and its layout, and the pairs store that layout so DPO scores the frames as they were generated."""
+    import soundfile as sf
+
+    from duet.train.gepard_pairs import clip_prefix
+
+    loaded = load_gepard(write_tiny_gepard(tmp_path, voice=True, aligned=True))
+    model, tok = loaded.model, loaded.tokenizer
+    codec = load_codec(loaded.codec["name"])
+    wav = tmp_path / "ref.wav"
+    sf.write(str(wav), 0.1 * np.random.default_rng(2).standard_normal(4000), codec.sample_rate)
+    prefix = clip_prefix(model, codec)(wav)  # (1, K, D)
+    ids = gepard_prompt(TEXTS[0], tok)
+    text = torch.tensor([ids])
+    durations = model.duration.predict(text, torch.tensor([len(ids)]))
+    gp = GepardPrompt(text, prefix=prefix, durations=durations)
+    uncond = model.unconditional(gp)
+    assert torch.equal(uncond.text_ids, text) and torch.equal(uncond.durations, durations)
+    torch.testing.assert_close(uncond.prefix, model.voice_prefix(batch_size=1))
+    with pytest.raises(DuetError, match="no text-dropped unconditional path"):
+        gp.unconditional()
+
+    store = PairStore(tmp_path / "pairs", {})
+    cfg = PairsConfig(cfg_scale=3.0, temperature=1.0, top_k=0, max_frames=8)
+    make_pairs(model, codec, tok, [PairPrompt("a", TEXTS[0], prompt_wav=str(wav))], store, FakeQuality(), cfg,
+               voice_prefix=clip_prefix(model, codec), progress=False)
+    record = store.records[0]
+    torch.testing.assert_close(store.tensor(record, "durations"), durations[0])
+    chosen = generate(model, gp, config=replace(cfg.sampling(record["seed"]), cfg_scale=3.0), uncond_prompt=uncond)
+    t = int(chosen.lengths[0])
+    assert torch.equal(store.tensor(record, "chosen"), _fold(chosen.codes[0, :, :t]))
+    train, _ = DPOData.split(store, 0, DPODataConfig())
+    batch = train.make_batch([0])
+    assert batch.gepard.durations.shape == (2, len(ids))
+    with torch.no_grad():
+        ref = trajectory_logprob(model.audio_logits(batch.gepard), batch.gepard.codes, batch.gepard.audio_lengths,
+                                 batch.stopped).total
+    torch.testing.assert_close(ref.double(), batch.ref_logp, rtol=1e-5, atol=1e-4)
+    with pytest.raises(DuetError, match="no unconditional path"):
+        load_gepard(write_tiny_gepard(tmp_path / "plain", aligned=True)).model.unconditional(GepardPrompt(text))

@@ -94,14 +94,14 @@ def test_speak_and_the_engine_give_the_same_audio_for_one_seed(model_dir):
     np.testing.assert_allclose(audio, speech.audio, atol=1e-5)
 
 
-def test_cfg_needs_a_model_trained_with_text_dropout(model_dir, tmp_path, capsys):
+def test_cfg_needs_a_model_with_an_unconditional_path(model_dir, tmp_path, capsys):
     speaker = _bounded(duet.load(model_dir))
-    with pytest.raises(DuetError, match="without text dropout"):
+    with pytest.raises(DuetError, match="no unconditional path"):
         speaker.speak("Hello there.", cfg_scale=2.0)
     assert speaker.speak("Hello there.", seed=1, cfg_scale=1.0).audio.shape == speaker.speak("Hello there.",
                                                                                              seed=1).audio.shape
     assert main(["speak", "Hi.", "-o", str(tmp_path / "x.wav"), "--model", str(model_dir), "--cfg-scale", "2"]) == 2
-    assert "without text dropout" in capsys.readouterr().err and not (tmp_path / "x.wav").exists()
+    assert "no unconditional path" in capsys.readouterr().err and not (tmp_path / "x.wav").exists()
 
 
 def test_cfg_runs_the_unconditional_pass(tmp_path):
@@ -131,6 +131,37 @@ def test_cfg_runs_the_unconditional_pass(tmp_path):
     assert not torch.equal(frames(3.0), frames(1.0))
     with pytest.raises(DuetError, match="cfg_scale"):
         speaker.speak("Hello there.", cfg_scale=float("nan"))
+
+
+def test_cfg_of_an_aligned_voice_model_guides_towards_the_reference_voice(tmp_path):
+    """Aligned text input and the voice compressor: the unconditional pass reads the null prefix with the same text
+    and layout; speak(voice_ref=, cfg_scale=) equals the sampler's two-pass run over those two prompts."""
+    import torch
+
+    from duet.gepard.checkpoint import load_gepard
+    from duet.gepard.generate import SamplingConfig, stream
+    from duet.gepard.model import GepardPrompt
+    from duet.gepard.voice import reference_prefix
+    from duet.text.prompts import gepard_prompt
+
+    model_dir = write_tiny_gepard(tmp_path, voice=True, aligned=True)
+    speaker = _bounded(duet.load(model_dir), frames=8)
+    model = speaker.runtime.model
+    rng = np.random.default_rng(3)
+    reference = (0.1 * rng.standard_normal(4000)).astype(np.float32)
+    ids = gepard_prompt("Hello there.", load_gepard(model_dir).tokenizer, language="en")
+    prefix = reference_prefix(model, speaker.codec, reference, speaker.runtime.fsq)
+    prompt = GepardPrompt(torch.tensor([ids]), prefix=prefix)
+    defaults = speaker.runtime.default_params
+    sampling = SamplingConfig(temperature=defaults.temperature, top_k=defaults.top_k, stop_threshold=0.999999,
+                              frames_per_token=0.0, margin_frames=8, cfg_scale=3.0, seed=5)
+    frames = torch.cat(list(stream(model, prompt, config=sampling, fsq=speaker.runtime.fsq,
+                                   uncond_prompt=model.unconditional(prompt))))
+    guided = speaker.codec.decode(frames.T[None]).audio[0].numpy()
+    out = speaker.speak("Hello there.", seed=5, cfg_scale=3.0, voice_ref=reference)
+    np.testing.assert_allclose(out.audio, guided, atol=1e-5)
+    plain = speaker.speak("Hello there.", seed=5, voice_ref=reference)
+    assert out.audio.shape != plain.audio.shape or not np.allclose(out.audio, plain.audio)  # guidance changed it
 
 
 def test_cli_writes_the_file_and_streams(model_dir, tmp_path, capsys):

@@ -7,10 +7,10 @@ lives here and the model holds no sampling code (STYLE.md, three layers).
 One decode step t (t frames emitted so far):
 
 1. logits for frame t; with CFG (``cfg_scale`` w != 1) a second, unconditional pass and
-   ``logits = logits_u + w * (logits_c - logits_u)`` on the channel logits (Ho & Salimans 2022). duet's
-   unconditional path drops the text (``GepardPrompt.unconditional``: [SOT, EOT, SOS], prefix kept): the report
-   describes CFG over text (abstract) through ``null_prefix`` (§2.6.2), and duet has no voice-cloning compressor
-   yet. The stop decision uses the conditional stop logit only: guidance shapes what is said, not when the
+   ``logits = logits_u + w * (logits_c - logits_u)`` on the channel logits (Ho & Salimans 2022). The unconditional
+   prompt (``GepardModel.unconditional``) reads ``null_prefix`` in place of the speaker's prefix, text kept, in a
+   model with the voice compressor (the report's path, §2.6.2); a model without one, trained with text dropout,
+   drops the text instead ([SOT, EOT, SOS]). The stop decision uses the conditional stop logit only: guidance shapes what is said, not when the
    conditional model thinks it is done. (The report serves without CFG, distilled into the weights by DPO, §5-6.)
 2. stop: if p_stop = sigmoid(stop logit) > ``stop_threshold`` (0.5, §3.3) the row ends here with t frames
    ("stop"); the frame that would come next is the phantom frame of training (see ``duet.gepard.model``).

@@ -226,13 +226,18 @@ class GepardPrompt:
         """Text ids without the service tokens (drives the sampler's frame bound)."""
         return self.text_ids.shape[1] - NUM_SERVICE_TOKENS
 
-    def unconditional(self) -> "GepardPrompt":
-        """The CFG unconditional prompt: the text dropped to [SOT, EOT, SOS], the prefix (speaker) kept.
+    def unconditional(self, null_prefix: torch.Tensor | None = None) -> "GepardPrompt":
+        """The CFG unconditional prompt (:meth:`GepardModel.unconditional` picks the path).
 
-        Only meaningful for a model trained with ``text_dropout_prob > 0`` (see :func:`drop_text`).
+        With ``null_prefix`` (B, K, D), a model with the voice compressor (§2.6.2): the same text and layout, the
+        speaker replaced by the null prefix, so guidance pushes towards the reference voice. Without: the text
+        dropped to [SOT, EOT, SOS], the prefix kept, for a model trained with ``text_dropout_prob > 0`` (see
+        :func:`drop_text`); aligned text input has no such path.
         """
+        if null_prefix is not None:
+            return replace(self, prefix=null_prefix)
         if self.durations is not None:
-            raise DuetError("CFG needs a model trained with text dropout; aligned text input has no unconditional path")
+            raise DuetError("aligned text input has no text-dropped unconditional path; CFG needs a voice prefix")
         return GepardPrompt(self.text_ids[:, [0, -2, -1]], self.prefix)
 
 
@@ -429,6 +434,22 @@ class GepardModel(nn.Module):
             x = torch.cat([prompt.prefix.to(x.dtype), x], dim=1)
         hidden = run_backbone(self.model, x, cache=cache)
         return self.heads(hidden[:, -1:]), state
+
+    @property
+    def has_unconditional_path(self) -> bool:
+        """Whether CFG can run: the null prefix of the voice compressor, or text dropout in training (not both
+        needed; the null prefix is used when there is one)."""
+        return self.qformer is not None or (self.config.text_dropout_prob > 0 and not self.is_aligned)
+
+    def unconditional(self, prompt: GepardPrompt) -> GepardPrompt:
+        """``prompt``'s CFG unconditional counterpart: the null prefix for the speaker where the model has the voice
+        compressor (the report's path, §2.6.2; text and durations kept), else the text dropped."""
+        if not self.has_unconditional_path:
+            raise DuetError("this Gepard has no unconditional path for classifier-free guidance: train it with the "
+                            "voice compressor (--voice-prefix) or, without aligned text input, --text-dropout 0.1")
+        if self.qformer is None:
+            return prompt.unconditional()
+        return prompt.unconditional(null_prefix=self.voice_prefix(batch_size=prompt.text_ids.shape[0]))
 
     def with_prefix(self, prompt: GepardPrompt) -> GepardPrompt:
         """``prompt`` as this model reads it: ``null_prefix`` added where the model has the voice compressor and

@@ -423,6 +423,8 @@ def add_train_gepard_post_parser(subparsers: argparse._SubParsersAction) -> None
     p.add_argument("--manifest", default=None, help="prompts: texts of this corpus manifest's --split")
     p.add_argument("--split", default="train")
     p.add_argument("--languages", default=None, help="comma-separated manifest languages to keep, e.g. en")
+    p.add_argument("--hold-out-speakers", default=None, metavar="S1,S2",
+                   help="manifest speakers never used as prompts (voices kept unseen for evaluation)")
     p.add_argument("--texts", default=None, help="prompts: a text file, one per line (instead of --manifest)")
     p.add_argument("--prompts", type=int, default=None, help="prompts at most (default 256)")
     p.add_argument("--clone", action="store_true", help="each manifest prompt clones another recording of its "
@@ -471,8 +473,10 @@ def dpo_config_from_args(args: argparse.Namespace) -> GepardDPOConfig:
         raise DuetError("gepard-dpo needs --init-from (a shipped Gepard), or --resume a run")
     else:
         languages = tuple(x.strip() for x in (args.languages or "").split(",") if x.strip())
+        held_out = tuple(x.strip() for x in (args.hold_out_speakers or "").split(",") if x.strip())
         prompts = PromptsConfig(manifest=args.manifest or "", split=args.split, languages=languages,
-                                texts=args.texts or "", limit=args.prompts or PromptsConfig.limit, clone=args.clone)
+                                held_out_speakers=held_out, texts=args.texts or "",
+                                limit=args.prompts or PromptsConfig.limit, clone=args.clone)
         cfg = dpo_recipe(args.init_from, prompts)
     pairs = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("temperature", args.temperature),
                                ("top_k", args.top_k), ("seed", args.seed)) if v is not None}

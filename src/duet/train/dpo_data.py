@@ -69,6 +69,7 @@ class Pair:
     margin: float
     weight: float = 1.0
     prefix: torch.Tensor | None = None  # (K, D)
+    durations: tuple[float, ...] | None = None  # frames per wrapped token (aligned text input), both sides
 
     @property
     def positions(self) -> int:
@@ -78,6 +79,10 @@ class Pair:
 
 def quality(side: dict) -> Quality:
     return Quality(wer=side["wer"], transcript=side["transcript"], sim=side.get("sim"))
+
+
+def _layout(durations: torch.Tensor | None) -> tuple[float, ...] | None:
+    return None if durations is None else tuple(durations.tolist())
 
 
 def read_pairs(store: PairStore, cfg: DPODataConfig) -> tuple[list[Pair], dict[str, int]]:
@@ -94,10 +99,12 @@ def read_pairs(store: PairStore, cfg: DPODataConfig) -> tuple[list[Pair], dict[s
         kept.append(Pair(r["id"], tuple(r["text_ids"]), codes,  # type: ignore[arg-type]
                          tuple(r[s]["ended"] == STOP for s in SIDES),  # type: ignore[arg-type]
                          tuple(float(r[s]["ref_logp"]) for s in SIDES),  # type: ignore[arg-type]
-                         margin, prefix=store.tensor(r, "prefix")))
+                         margin, prefix=store.tensor(r, "prefix"), durations=_layout(store.tensor(r, "durations"))))
     if not kept:
         raise DuetError(f"no pair of {store.root} trains: the guided side scored worse in all "
                         f"{dropped['worse_chosen']} (min_margin {cfg.min_margin})")
+    if len({p.durations is None for p in kept}) > 1:
+        raise DuetError(f"{store.root} mixes pairs with and without a text layout (aligned text input)")
     if len({p.prefix is None for p in kept}) > 1:
         raise DuetError(f"{store.root} mixes cloned and plain prompts; a batch needs a prefix in every row or none")
     mean = sum(p.margin + cfg.margin_floor for p in kept) / len(kept)
@@ -143,7 +150,8 @@ class DPOData:
     def make_batch(self, indices: Sequence[int]) -> DPOBatch:
         pairs = [self.pairs[i] for i in indices]
         rows = [(p.text_ids, p.codes[side]) for side in (0, 1) for p in pairs]  # chosen rows, then rejected rows
-        gepard = collate(rows, pad_id=self.pad_id)
+        layout = None if pairs[0].durations is None else [p.durations for _ in (0, 1) for p in pairs]
+        gepard = collate(rows, pad_id=self.pad_id, durations=layout)
         if pairs[0].prefix is not None:
             gepard = replace(gepard, prefix=torch.stack([p.prefix for _ in (0, 1) for p in pairs]))  # (2P, K, D)
         return DPOBatch(gepard=gepard,

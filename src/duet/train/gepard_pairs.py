@@ -170,7 +170,8 @@ class PairStore:
         self.records += [{**r, "shard": shard} for r in records]
 
     def tensor(self, record: dict[str, Any], name: str) -> torch.Tensor | None:
-        """``chosen`` / ``rejected`` (G, T) packed codes or ``prefix`` (K, D) of a pair (None: it has none)."""
+        """``chosen`` / ``rejected`` (G, T) packed codes, ``prefix`` (K, D) or ``durations`` (S,) of a pair (None:
+        it has none)."""
         shard = record["shard"]
         if shard not in self._shards:
             self._shards[shard] = load_file(str(self.root / shard))
@@ -204,18 +205,23 @@ def make_pair(model: GepardModel, codec: Codec, tokenizer: Any, prompt: PairProm
             raise DuetError(f"{prompt.id} clones {prompt.prompt_wav}, but no voice prefix was given (the model's "
                             "voice-cloning compressor)")
         prefix = voice_prefix(Path(prompt.prompt_wav)).to(device)  # (1, K, D)
-    gp = GepardPrompt(torch.tensor([ids], device=device), prefix=prefix)
+    text = torch.tensor([ids], device=device)  # (1, S)
+    durations = None  # aligned text input: one layout (1, S) for both sides and both CFG passes
+    if model.is_aligned:
+        durations = model.duration.predict(text, torch.tensor([len(ids)], device=device))
+    gp = GepardPrompt(text, prefix=prefix, durations=durations)
     seed = pair_seed(cfg.seed, prompt.id)
     sampling = cfg.sampling(seed)
     results = {"chosen": generate(model, gp, config=replace(sampling, cfg_scale=cfg.cfg_scale),
-                                  uncond_prompt=gp.unconditional()),
+                                  uncond_prompt=model.unconditional(gp)),
                "rejected": generate(model, gp, config=sampling)}
     fsq = GroupFSQ(FSQConfig())
     channels = {s: r.codes[0, :, : int(r.lengths[0])] for s, r in results.items()}  # (C, T) each
     packed = {s: fsq.fold(c[None].cpu())[0].to(torch.int16) for s, c in channels.items()}  # (G, T) each
 
+    layout = None if durations is None else [durations[0].tolist()] * 2
     batch = collate([(ids, channels["chosen"].cpu()), (ids, channels["rejected"].cpu())],
-                    pad_id=service_ids(tokenizer).pad).to(device)
+                    pad_id=service_ids(tokenizer).pad, durations=layout).to(device)
     if prefix is not None:
         batch = replace(batch, prefix=prefix.expand(2, -1, -1))  # (2, K, D)
     stopped = torch.tensor([results[s].ended[0] == STOP for s in SIDES], device=device)
@@ -233,6 +239,8 @@ def make_pair(model: GepardModel, codec: Codec, tokenizer: Any, prompt: PairProm
     tensors = {f"{prompt.id}/{s}": packed[s] for s in SIDES}
     if prefix is not None:
         tensors[f"{prompt.id}/prefix"] = prefix[0].float().cpu()
+    if durations is not None:
+        tensors[f"{prompt.id}/durations"] = durations[0].float().cpu()
     return record, tensors
 
 
@@ -249,11 +257,9 @@ def make_pairs(model: GepardModel, codec: Codec, tokenizer: Any, prompts: Iterab
                scorer: QualityScorer, cfg: PairsConfig, voice_prefix: VoicePrefix | None = None,
                progress: bool = True) -> int:
     """Make the pairs of every prompt the store does not hold yet, ``cfg.chunk`` at a time; returns how many."""
-    if model.is_aligned:
-        raise DuetError("a model with aligned text input has no unconditional path, so no CFG pairs")
-    if model.config.text_dropout_prob == 0:
-        raise DuetError("the model was trained without text dropout: it has no unconditional path for the CFG "
-                        "(chosen) decoding (train with duet train gepard --text-dropout 0.1)")
+    if not model.has_unconditional_path:
+        raise DuetError("the model has no unconditional path for the CFG (chosen) decoding (train it with duet "
+                        "train gepard --voice-prefix, or --text-dropout 0.1)")
     if len(codec.codebook_sizes) != FSQConfig().num_groups:
         raise DuetError(f"Gepard pairs need a packed-FSQ codec of {FSQConfig().num_groups} code streams")
     from tqdm import tqdm

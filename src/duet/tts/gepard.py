@@ -162,10 +162,9 @@ class GepardRuntime:
     # --- admission-time questions (any thread) ----------------------------------------------------------------------
 
     def check(self, request: SynthesisRequest) -> None:
-        if self._cfg_scale(request) != 1.0 and self.model.config.text_dropout_prob == 0:
-            raise InvalidRequest(f"{self.name} was trained without text dropout, so it has no unconditional path for "
-                                 "classifier-free guidance (train with duet train gepard --text-dropout 0.1)",
-                                 param="cfg_scale")
+        if self._cfg_scale(request) != 1.0 and not self.model.has_unconditional_path:
+            raise InvalidRequest(f"{self.name} has no unconditional path for classifier-free guidance (train it "
+                                 "with duet train gepard --voice-prefix, or --text-dropout 0.1)", param="cfg_scale")
         if request.reference is not None:
             check_reference(request.reference, self.codec.samples_per_frame)
         limit = self.model.config.backbone.max_positions
@@ -210,7 +209,8 @@ class GepardRuntime:
             prompt = GepardPrompt(self._prompt_ids(request), prefix=self._prefix(request), speed=request.speed)
             bound = request.params.max_frames or self.frame_bound(request)
             w = self._cfg_scale(request)
-            rows = [self._prefill_row(p, bound) for p in ([prompt] if w == 1.0 else [prompt, prompt.unconditional()])]
+            prompts = [prompt] if w == 1.0 else [prompt, self.model.unconditional(prompt)]
+            rows = [self._prefill_row(p, bound) for p in prompts]
             generator = torch.Generator(device=self._device).manual_seed(seed)
             states.append(GepardState(request, generator, rows, w))
         return states

@@ -19,6 +19,8 @@ random stop head never crosses), so all rows do the same work. Per stream:
 - TTFA: request sent -> first audio byte (includes prefill, the first decode step and the codec's lookahead);
 - RTF: request sent -> last byte, over the audio's duration (< 1 is faster than real time);
 - underrun: a chunk that arrived after a player that started at the first byte would have run dry;
+- failed streams: requests the server answered with an error (e.g. past the engine's time budget), left out of
+  the other columns;
 and for the run: aggregate x real time (all audio seconds / wall seconds) and decoded frames per second.
 ``--max-chunk-frames`` and ``--engine-threads`` (several values each) sweep the engine's largest audio chunk
 (``EngineConfig.max_chunk_frames``) and the engine thread's torch threads, every combination in the same run.
@@ -62,6 +64,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import socket
 import statistics
@@ -84,6 +87,7 @@ class StreamResult:
     wall_s: float
     audio_s: float
     underruns: int
+    error: str | None = None  # the server's answer when it was not audio (e.g. "HTTP 504 timeout")
 
 
 # --- the server side -------------------------------------------------------------------------------------------------
@@ -211,7 +215,14 @@ async def one_stream(client: httpx.AsyncClient, server: Server, frames: int | No
     underruns = 0
     async with client.stream("POST", "/v1/audio/speech", json=body) as r:
         if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+            body = await r.aread()
+            try:
+                code = json.loads(body)["error"]["code"]
+            except (ValueError, KeyError, TypeError):
+                code = body[:80].decode(errors="replace")
+            end = time.perf_counter()
+            return StreamResult(ttfa_s=end - t0, wall_s=end - t0, audio_s=0.0, underruns=0,
+                                error=f"HTTP {r.status_code} {code}")
         async for chunk in r.aiter_raw():
             now = time.perf_counter()
             if first is None:
@@ -240,26 +251,29 @@ def pct(values: list[float], q: float) -> float:
 
 def row(engine: str, model: str, codec: str, n: int, results: list[StreamResult], wall: float, frame_rate: float,
         max_chunk: int, threads: int) -> dict:
+    failed = [r.error for r in results if r.error is not None]
+    results = [r for r in results if r.error is None] or [StreamResult(math.nan, math.nan, math.nan, 0)]
     ttfa = [r.ttfa_s * 1000 for r in results]
-    rtf = [r.wall_s / r.audio_s for r in results if r.audio_s > 0]
+    rtf = [r.wall_s / r.audio_s for r in results if r.audio_s > 0] or [math.nan]
     audio = sum(r.audio_s for r in results)
     return {"engine": engine, "model": model, "codec": codec, "max_chunk": max_chunk, "threads": threads or "default", "streams": n,
             "ttfa_p50_ms": pct(ttfa, 0.5), "ttfa_p95_ms": pct(ttfa, 0.95), "rtf_p50": statistics.median(rtf),
             "rtf_p95": pct(rtf, 0.95),
             "x_realtime": audio / wall, "frames_per_s": audio * frame_rate / wall,
-            "underruns": sum(r.underruns for r in results), "audio_s": audio, "wall_s": wall}
+            "underruns": sum(r.underruns for r in results), "audio_s": audio, "wall_s": wall,
+            "errors": f"{len(failed)} ({sorted(set(failed))[0]})" if failed else "0"}
 
 
 def print_table(rows: list[dict]) -> None:
     head = ("engine", "model", "codec", "max chunk", "engine threads", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50",
-            "RTF p95", "x real time", "frames/s", "underruns")
+            "RTF p95", "x real time", "frames/s", "underruns", "failed streams")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
         print(f"| {r['engine']} | {r['model']} | {r['codec']} | {r['max_chunk']} | {r['threads']} | {r['streams']} | "
               f"{r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
               f"{r['rtf_p50']:.3f} | {r['rtf_p95']:.3f} | {r['x_realtime']:.2f} | {r['frames_per_s']:.0f} | "
-              f"{r['underruns']} |")
+              f"{r['underruns']} | {r['errors']} |")
 
 
 # --- the soak test ---------------------------------------------------------------------------------------------------

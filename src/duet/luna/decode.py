@@ -179,12 +179,21 @@ def unmask_step(
     """
     B, T, Q = tokens.shape
     S = cfg.steps
-    sampled = sample_tokens(guided, cfg.temperature, cfg.top_k, generator)  # (B, T, Q)
-    logp = guided.log_softmax(dim=-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)  # (B, T, Q)
+    # Only the M cells still masked are drawn and ranked (decided cells keep their tokens): the sampler's work
+    # and its random numbers are per masked cell, never over the whole grid's K logits.
+    cells = still.nonzero(as_tuple=True)
+    masked = guided[cells]  # (M, K)
+    drawn = sample_tokens(masked, cfg.temperature, cfg.top_k, generator)  # (M,)
+    logp = masked.log_softmax(dim=-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1)  # (M,)
     noise = gumbel_scale(step, S, cfg.gumbel_temperature)
-    confidence = logp + noise * _gumbel(logp.shape, generator, logp.device) if noise > 0 else logp
+    if noise > 0:
+        logp = logp + noise * _gumbel(logp.shape, generator, logp.device)
+    sampled = tokens.clone()
+    sampled[cells] = drawn
     # Finite for every cell still masked (so none can rank below a decided one), -inf for the rest.
-    confidence = confidence.clamp(min=-1e30).masked_fill(~still, float("-inf")).flatten(1)  # (B, N)
+    confidence = torch.full((B, T, Q), float("-inf"), device=guided.device)
+    confidence[cells] = logp.clamp(min=-1e30)
+    confidence = confidence.flatten(1)  # (B, N)
 
     n_commit = still.flatten(1).sum(dim=1) - masked_after_step(num_cells, step, S)  # (B,)
     order = confidence.argsort(dim=1, descending=True, stable=True)  # (B, N)

@@ -13,6 +13,12 @@ def test_normalize_lowercases_strips_punctuation_collapses_space():
     assert normalize_text("你好，世界。") == "你好世界"
 
 
+def test_event_tags_are_not_words():
+    assert normalize_text("Well [laughter] I never. [Laughs]") == "well i never"
+    assert normalize_text("A [sic] quote") == "a sic quote"  # a bracketed word that names no event stays
+    assert word_error("Oh [cough] dear.", "oh dear").rate == 0.0
+
+
 def test_substitution():
     e = word_error("the cat sat on the mat", "the cat sat on a mat")
     assert (e.substitutions, e.deletions, e.insertions, e.ref_len) == (1, 0, 0, 6)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import jiwer
 
 from duet.errors import DuetError
+from duet.text.tags import without_events
 
 _ASCII_PUNCT = frozenset(string.punctuation) - {"'"}
 
@@ -67,8 +68,9 @@ def _is_punct(ch: str) -> bool:
 
 
 def normalize_text(text: str) -> str:
-    """Lowercase, delete punctuation except apostrophes, collapse whitespace to single spaces."""
-    text = text.replace("\u2019", "'")
+    """Lowercase, delete punctuation except apostrophes, collapse whitespace to single spaces; inline event tags
+    (``[laughter]``, ``[laughs]``: ``duet.text.tags``) are not words and go first."""
+    text = without_events(text).replace("\u2019", "'")
     text = "".join(ch for ch in text if not _is_punct(ch))
     return " ".join(text.lower().split())
 

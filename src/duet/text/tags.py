@@ -71,6 +71,11 @@ def canonical_tags(text: str) -> str:
     return _BRACKET_RE.sub(one, text)
 
 
+def without_events(text: str) -> str:
+    """The text with every event tag (any spelling :func:`event_name` knows) removed: what the words say, for WER."""
+    return _EVENT_RE.sub(" ", canonical_tags(text))
+
+
 def with_emotion(text: str, emotion: str) -> str:
     """The text with its utterance-level emotion token in front (the instruction context, Luna-TTS §2.3)."""
     return emotion_token(emotion) + text

@@ -86,6 +86,7 @@ class TokenRow:
     frames: int
     # targets of [SOT, ids..., EOT]: int frame counts of a forced alignment, or float frames of the corpus timing
     durations: tuple[int, ...] | tuple[float, ...] | None = None
+    emotion: str = ""  # the manifest's utterance-level emotion ("" = none)
 
     def targets(self) -> list[int] | list[float]:
         """Duration targets of the wrapped text: the alignment's, else the character spread."""
@@ -101,7 +102,7 @@ def spread_rows(chosen: Sequence[tuple[Utterance, str]], tokenizer, shards: Code
     encoded = (tokenizer([t for _, t in chosen], add_special_tokens=False, return_offsets_mapping=True)
                if chosen else {"input_ids": [], "offset_mapping": []})
     return [TokenRow(u.id, text, tuple(ids), tuple(token_weights(surface(tokenizer, text), offsets)),  # IPA offsets
-                     shards.frames(u.id))
+                     shards.frames(u.id), emotion=u.emotion)
             for (u, text), ids, offsets in zip(chosen, encoded["input_ids"], encoded["offset_mapping"])]
 
 
@@ -112,7 +113,8 @@ def timed_rows(chosen: Sequence[tuple[Utterance, str]], manifest, tokenizer, sha
         raise DuetError("aligned text input reads timing files next to the corpus: pass the manifest path")
     timed = timed_texts([u for u, _ in chosen], Path(manifest).parent, tokenizer, shards.frames, shards.frame_rate,
                         dropped)
-    return [TokenRow(t.utterance.id, t.phonemes, t.ids, (1,) * len(t.ids), t.frames, t.durations) for t in timed]
+    return [TokenRow(t.utterance.id, t.phonemes, t.ids, (1,) * len(t.ids), t.frames, t.durations,
+                     emotion=t.utterance.emotion) for t in timed]
 
 
 def codebook_size(shards: CodeShards) -> int:

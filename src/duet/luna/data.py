@@ -54,7 +54,7 @@ from duet.data.buckets import LazyBatches, plan_batches
 from duet.data.manifest import Utterance
 from duet.data.shards import CodeShards
 from duet.data.token_rows import LunaDataConfig, TokenRow, codebook_size, select_rows
-from duet.data.utterances import SplitFacts, select_utterances
+from duet.data.utterances import SplitFacts
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBatch
 from duet.luna.config import LunaConfig
@@ -75,17 +75,14 @@ def with_instruction(row: TokenRow, instruction: Sequence[int]) -> TokenRow:
     return replace(row, ids=(*instruction, *row.ids), weights=(0,) * n + row.weights, durations=durations)
 
 
-def expressive_rows(rows: Sequence[TokenRow], manifest: str | Path | Sequence[Utterance], cfg: LunaDataConfig,
-                    split: str, service: ServiceIds) -> list[TokenRow]:
+def expressive_rows(rows: Sequence[TokenRow], service: ServiceIds) -> list[TokenRow]:
     """``rows`` with each one's manifest ``emotion`` in its instruction context (:func:`with_instruction`); rows
     without one are returned as they are."""
-    emotions = {u.id: u.emotion for u in select_utterances(manifest, split, cfg) if u.emotion}
-    if not emotions:
-        return list(rows)
-    for uid, emotion in emotions.items():
-        if emotion not in EMOTIONS:
-            raise DuetError(f"utterance {uid}: emotion {emotion!r} is not one of {', '.join(EMOTIONS)}")
-    return [with_instruction(row, instruction_ids(service, emotions.get(row.id))) for row in rows]
+    for row in rows:
+        if row.emotion and row.emotion not in EMOTIONS:
+            raise DuetError(f"utterance {row.id}: emotion {row.emotion!r} is not one of {', '.join(EMOTIONS)}")
+    return [with_instruction(row, instruction_ids(service, row.emotion or None)) if row.emotion else row
+            for row in rows]
 
 
 class LunaData(SplitFacts):
@@ -132,7 +129,7 @@ class LunaData(SplitFacts):
         items, dropped, unaligned = select_rows(shards, manifest, tokenizer, cfg, split, max_positions,
                                                 timed=model is not None and model.is_aligned, limit=limit,
                                                 alignments=alignments)
-        items = expressive_rows(items, manifest, cfg, split, service_ids(tokenizer))
+        items = expressive_rows(items, service_ids(tokenizer))
         fits = [it for it in items if it.positions <= max_positions]  # the emotion token is one position more
         dropped["too_long"] += len(items) - len(fits)
         items = fits

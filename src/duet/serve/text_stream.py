@@ -52,6 +52,7 @@ from duet.serve.engine import Engine, RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
 from duet.serve.schemas import SpeechRequest, TextStreamConfig, first_error
 from duet.text.segmenter import TextSegmenter
+from duet.tts.speech import silence
 
 log = logging.getLogger("duet.serve")
 
@@ -164,7 +165,7 @@ class _Session:
                 raise SessionError(str(err), "engine_down") from err
 
     async def stream_pieces(self, submitted: asyncio.Queue[_Piece | None]) -> None:
-        gap = np.zeros(round(self.config.gap_seconds * self.engine.sample_rate), dtype=np.float32)
+        gap = silence(self.config.gap_seconds, self.engine.sample_rate)
         while (piece := await submitted.get()) is not None:
             await self.send_json({"type": "piece.started", "index": piece.index, "text": piece.text})
             samples = 0

@@ -21,6 +21,7 @@ import numpy as np
 
 from duet.limits import SEED_LIMIT
 from duet.text.segmenter import SegmenterConfig, TextSegmenter
+from duet.tts.speech import silence
 
 
 def read_deltas(fd: int, poll_s: float = 0.05, chunk_bytes: int = 4096) -> Iterator[str | None]:
@@ -59,7 +60,7 @@ def speak_live(speaker, deltas: Iterable[str | None], write: Callable[[np.ndarra
     """Speak ``deltas`` (text, or None for "nothing new yet") piece by piece as they become ready, passing audio
     chunks to ``write``. -> how each piece ended (``duet.finish``)."""
     base = seed if seed is not None else random.SystemRandom().randrange(SEED_LIMIT)
-    gap = np.zeros(round(speaker.config.gap_seconds * speaker.sample_rate), dtype=np.float32)
+    gap = silence(speaker.config.gap_seconds, speaker.sample_rate)
     segmenter = TextSegmenter(config)
     ended: list[str] = []
 

@@ -46,7 +46,7 @@ from duet.limits import SEED_LIMIT
 from duet.text.sentences import split_sentences
 from duet.tts.request import SynthesisRequest, VoicePrompt
 from duet.tts.runtime import FamilyRuntime, check_common, settle
-from duet.tts.speech import Speech
+from duet.tts.speech import Speech, silence
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class Speaker:
                 yield chunk
 
     def _audio(self, chunks: Iterator[Chunk]) -> Iterator[np.ndarray]:
-        gap = np.zeros(round(self.config.gap_seconds * self.sample_rate), dtype=np.float32)
+        gap = silence(self.config.gap_seconds, self.sample_rate)
         piece = 0
         for chunk in chunks:
             if chunk.piece != piece:

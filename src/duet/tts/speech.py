@@ -1,4 +1,4 @@
-"""What a speaker returns: the waveform, its rate, and how each piece of the text ended."""
+"""What a speaker returns: the waveform, its rate, and how each piece of the text ended; the silence between pieces."""
 
 from __future__ import annotations
 
@@ -28,3 +28,9 @@ class Speech:
         path = Path(path)
         sf.write(path, self.audio, self.sample_rate)
         return path
+
+
+def silence(seconds: float, sample_rate: int) -> np.ndarray:
+    """(round(seconds * sample_rate),) float32 zeros: the gap between two spoken pieces, wherever pieces are joined
+    (``Speaker``, the live player, the text-streaming socket)."""
+    return np.zeros(round(seconds * sample_rate), dtype=np.float32)

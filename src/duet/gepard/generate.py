@@ -10,8 +10,8 @@ One decode step t (t frames emitted so far):
    ``logits = logits_u + w * (logits_c - logits_u)`` on the channel logits (Ho & Salimans 2022). The unconditional
    prompt (``GepardModel.unconditional``) reads ``null_prefix`` in place of the speaker's prefix, text kept, in a
    model with the voice compressor (the report's path, §2.6.2); a model without one, trained with text dropout,
-   drops the text instead ([SOT, EOT, SOS]). The stop decision uses the conditional stop logit only: guidance shapes what is said, not when the
-   conditional model thinks it is done. (The report serves without CFG, distilled into the weights by DPO, §5-6.)
+   drops the text instead ([SOT, EOT, SOS]). The stop decision uses the conditional stop logit only: guidance
+   shapes what is said, not when the conditional model thinks it is done. (The report serves without CFG, distilled into the weights by DPO, §5-6.)
 2. stop: if p_stop = sigmoid(stop logit) > ``stop_threshold`` (0.5, §3.3) the row ends here with t frames
    ("stop"); the frame that would come next is the phantom frame of training (see ``duet.gepard.model``).
 3. bound: a row that reaches ``frame_bound`` frames ends there ("bound"): ``min(max_frames,

@@ -12,10 +12,10 @@ Luna and to a Gepard with aligned text input (both scale the durations their pre
 which ends by its learned end of speech, nor to a Gepard without a duration predictor (it decodes until it stops
 and has no length to scale); where a flag does not apply it is refused with an error rather than silently ignored. Text ``-`` is read from
 standard input. ``--cfg-scale`` sets classifier-free guidance for every family (1 = off; Luna's default 2, Gepard's
-1; a Gepard has an unconditional path through its voice compressor's null prefix, or from text dropout in training, and
-without either refuses another scale). Bad input (empty
-text, unknown model or voice, steps < 1, speed <= 0, an output path that cannot be written) ends with one line on
-stderr and exit code 2, before any model is loaded where possible.
+1; a Gepard has an unconditional path through its voice compressor's null prefix, or from text dropout in
+training, and without either refuses another scale). Bad input (empty text, unknown model or voice, steps < 1,
+speed <= 0, an output path that cannot be written) ends with one line on stderr and exit code 2, before any model
+is loaded where possible.
 
 ``--emotion`` (one of ``duet.text.tokens.EMOTIONS``: neutral, happy, sad, angry, surprised, fearful, disgusted,
 whisper) puts that emotion token in the instruction context of every sentence (Luna and Luna Realtime, Luna-TTS

@@ -19,6 +19,7 @@ from checkpoint_testing import write_tiny_gepard
 from duet.cli import main
 from duet.errors import DuetError
 from duet.text.prompts import luna_prompt
+from duet.text.tokens import service_ids
 from duet.tts.luna_edit import span_frames_of
 
 TEXT = "Good morning."
@@ -67,6 +68,23 @@ def test_a_retake_keeps_the_codes_outside_the_span_and_matches_the_grid_level_ed
     audio_expected = luna_speaker.codec.decode(expected.grid.T[None]).audio[0].numpy()
     np.testing.assert_allclose(edited.speech.audio, audio_expected, atol=1e-6)
     assert edited.speech.pieces == (TEXT,) and edited.speech.sample_rate == luna_speaker.sample_rate
+
+
+def test_an_edit_with_an_emotion_reads_its_token_in_both_transcripts(luna_speaker):
+    from duet.luna.infill import edit
+
+    audio = _recording(luna_speaker)
+    before = _grid(luna_speaker, audio)
+    fps = luna_speaker.codec.frame_rate
+    a, b = math.floor(0.3 * fps), math.ceil(0.6 * fps)
+    edited = luna_speaker.edit(audio, TEXT, (0.3, 0.6), seed=4, steps=4, emotion="sad")
+    ids = torch.tensor(luna_prompt(TEXT, luna_speaker.runtime.tokenizer, emotion="sad"))
+    assert int(ids[1]) == service_ids(luna_speaker.runtime.tokenizer).emotion("sad")
+    expected = edit(luna_speaker.runtime.model, ids, before, (a, b), b - a,
+                    replace(luna_speaker.runtime.config.decode, steps=4), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(edited.grid, expected.grid)
+    with pytest.raises(DuetError, match="unknown emotion 'bored'"):
+        luna_speaker.edit(audio, TEXT, (0.3, 0.6), emotion="bored")
 
 
 def test_a_new_transcript_resizes_the_span_by_the_change_in_predicted_length(luna_speaker):
@@ -136,6 +154,7 @@ def test_cli_edits_a_recording_as_the_api_does(luna_dir, luna_speaker, tmp_path,
     (["--span", "0.2:9"], "must be non-empty and lie inside the recording"),
     (["--steps", "0"], "--steps must be a positive integer"),
     (["--model", "GEPARD"], "editing needs a Luna model"),
+    (["--emotion", "bored"], "--emotion: unknown emotion"),
     (["--input", "missing.wav"], "no such file"),
 ])
 def test_cli_errors_are_one_line_and_write_nothing(luna_dir, luna_speaker, tmp_path, capsys, extra, message):

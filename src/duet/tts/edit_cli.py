@@ -1,5 +1,5 @@
 """``duet edit IN.wav --text "what IN says" --span START:END [--new-text "the new transcript"] -o OUT.wav
-[--model luna-tiny] [--steps S] [--seed N] [--temperature T] [--top-k K] [--cfg-scale W]``.
+[--model luna-tiny] [--steps S] [--seed N] [--temperature T] [--top-k K] [--cfg-scale W] [--emotion NAME]``.
 
 Speech editing with a Luna model (``duet.tts.luna_edit``): the seconds START to END of the recording are
 regenerated, under the same transcript (a retake) or under ``--new-text``, the whole new transcript; the rest of the
@@ -34,6 +34,8 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--cfg-scale", type=float, default=None, help="classifier-free guidance scale (1 = off)")
+    p.add_argument("--emotion", default=None, metavar="NAME",
+                   help="the utterance's emotion (as duet speak --emotion), in the context of both transcripts")
     p.set_defaults(func=run_edit)
 
 
@@ -55,7 +57,7 @@ def run_edit(args: argparse.Namespace) -> int:
     from duet.audio import load_audio
     from duet.shipped import model_type
     from duet.tts import load
-    from duet.tts.cli import check_luna_options, check_output
+    from duet.tts.cli import check_emotion_flag, check_luna_options, check_output
 
     span = parse_span(args.span)
     out = Path(args.output)
@@ -63,6 +65,7 @@ def run_edit(args: argparse.Namespace) -> int:
     if not Path(args.input).is_file():
         raise DuetError(f"{args.input}: no such file")
     check_luna_options(args.model, args.steps, None)  # --steps: positive (speak's check)
+    emotion = check_emotion_flag(args.emotion)  # a known name, before loading
     _, kind = model_type(args.model)
     if kind != "luna":
         raise DuetError(f"editing needs a Luna model (it fills a masked span); {args.model} is a {kind} model")
@@ -70,7 +73,7 @@ def run_edit(args: argparse.Namespace) -> int:
     audio, _ = load_audio(args.input, sample_rate=speaker.sample_rate)
     started = time.perf_counter()
     edited = speaker.edit(audio, args.text, span, new_text=args.new_text, seed=args.seed, steps=args.steps,
-                          temperature=args.temperature, top_k=args.top_k, cfg_scale=args.cfg_scale)
+                          temperature=args.temperature, top_k=args.top_k, cfg_scale=args.cfg_scale, **emotion)
     wall = time.perf_counter() - started
     sf.write(out, edited.speech.audio, edited.speech.sample_rate, format=fmt)
     a, b = edited.span_seconds

@@ -32,6 +32,7 @@ from duet.finish import STOP
 from duet.luna.decode import with_overrides
 from duet.luna.infill import check_prompt_audio, edit, edit_span_frames
 from duet.text.prompts import luna_prompt
+from duet.tts.runtime import check_emotion
 from duet.tts.speech import Speech
 
 
@@ -44,6 +45,7 @@ class EditableLuna(Protocol):
     codec: Any
     tokenizer: Any
     model: Any  # LunaModel
+    traits: Any  # FamilyTraits: the emotions it takes
 
     def encode_grid(self, audio: np.ndarray, sample_rate: int | None = None) -> torch.Tensor: ...
 
@@ -86,13 +88,17 @@ def span_frames_of(span_seconds: tuple[float, float], seconds: float, frame_rate
 def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
                 span_seconds: tuple[float, float], *, new_text: str | None = None, sample_rate: int | None = None,
                 seed: int | None = None, steps: int | None = None, temperature: float | None = None,
-                top_k: int | None = None, cfg_scale: float | None = None) -> EditedSpeech:
+                top_k: int | None = None, cfg_scale: float | None = None,
+                emotion: str | None = None) -> EditedSpeech:
     """Regenerate ``span_seconds`` of a recording (S,) mono float (resampled from ``sample_rate`` if given) whose
-    transcript is ``text``, under ``new_text`` (the whole new transcript) or ``text``. See the module doc."""
+    transcript is ``text``, under ``new_text`` (the whole new transcript) or ``text``, with ``emotion``'s token in
+    the instruction context of both transcripts (as ``speak`` puts it). See the module doc."""
     if not text or not text.strip():
         raise DuetError("editing needs the recording's transcript (text); it is empty")
     if new_text is not None and not new_text.strip():
         raise DuetError("the new transcript is empty (leave it out to regenerate the span with the same words)")
+    if emotion is not None:
+        check_emotion(emotion, luna.name, luna.traits)
     decode = with_overrides(luna.config.decode, steps=steps, temperature=temperature, top_k=top_k,
                             cfg_scale=cfg_scale)
     audio = check_prompt_audio(audio, what="the recording to edit")
@@ -104,8 +110,9 @@ def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
     grid = luna.encode_grid(audio, sample_rate)  # (T, Q)
     a, b = span_frames_of(span_seconds, seconds, frame_rate, grid.shape[0])
 
-    old_ids = luna_prompt(text, luna.tokenizer, language=luna.config.language)
-    ids = old_ids if new_text is None else luna_prompt(new_text, luna.tokenizer, language=luna.config.language)
+    language = luna.config.language
+    old_ids = luna_prompt(text, luna.tokenizer, language=language, emotion=emotion)
+    ids = old_ids if new_text is None else luna_prompt(new_text, luna.tokenizer, language=language, emotion=emotion)
     n = b - a if new_text is None else edit_span_frames((a, b), luna.predicted_frames(old_ids),
                                                         luna.predicted_frames(ids))
     positions = len(ids) + grid.shape[0] - (b - a) + n

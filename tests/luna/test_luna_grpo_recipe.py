@@ -87,6 +87,28 @@ def test_prompts_come_from_the_split_with_their_recordings(corpus):
     assert len(read_prompts(manifest, "train", PromptSelection(), limit=3)) == 3
 
 
+def test_a_prompt_with_an_emotion_reads_its_token(corpus, tmp_path):
+    """An expressive manifest's emotion goes with its prompt into the rollout's condition, after SOT."""
+    import json as _json
+
+    from duet.text.prompts import luna_prompt
+    from duet.text.tokens import service_ids
+    from duet.train.grpo_loop import prompt_inputs
+
+    manifest, shipped, _ = corpus
+    rows = [_json.loads(line) for line in manifest.read_text().splitlines()]
+    rows[0]["emotion"] = "happy"
+    tagged = tmp_path / "manifest.jsonl"
+    tagged.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    by_text = {p.text: p for p in read_prompts(tagged, rows[0]["split"], PromptSelection(languages=()))}
+    assert by_text[rows[0]["text"]].emotion == "happy"
+    assert all(p.emotion is None for t, p in by_text.items() if t != rows[0]["text"])
+    loaded = load_luna(shipped)
+    inputs = prompt_inputs(loaded.bundle, loaded.tokenizer, by_text[rows[0]["text"]], rows=2, max_frames=8)
+    want = luna_prompt(rows[0]["text"], loaded.tokenizer, language=rows[0]["language"], emotion="happy")
+    assert inputs.text_ids[0].tolist() == want and want[1] == service_ids(loaded.tokenizer).emotion("happy")
+
+
 def test_train_resume_export_load(corpus, tmp_path):
     """Four steps; a run stopped at step 2 and resumed repeats the uninterrupted run's metrics to the bit; the export
     is a shipped Luna with the trained acoustic weights and the untouched duration predictor."""

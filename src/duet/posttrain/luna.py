@@ -84,8 +84,8 @@ class LunaGRPOConfig:
 
 
 def read_prompts(manifest: str | Path, split: str, selection: PromptSelection, limit: int = 0) -> list[GRPOPrompt]:
-    """A split's utterances -> prompts (text, its recording as reference when SIM is on and the file exists), in
-    id-hash order, the first ``limit`` (0: all). Texts with no word left after WER normalisation are left out."""
+    """A split's utterances -> prompts (text, its emotion, its recording as reference when SIM is on and the file
+    exists), in id-hash order, the first ``limit`` (0: all). Texts with no word left after WER normalisation are left out."""
     from duet.data.manifest import audio_path
     from duet.data.utterances import hash_order, select_utterances
     from duet.eval.wer import normalize_text
@@ -96,7 +96,8 @@ def read_prompts(manifest: str | Path, split: str, selection: PromptSelection, l
             continue
         wav = audio_path(manifest, utt)
         reference = wav if selection.similarity and wav.is_file() else None
-        prompts.append(GRPOPrompt(text=utt.text, reference=reference, language=utt.language))
+        prompts.append(GRPOPrompt(text=utt.text, reference=reference, language=utt.language,
+                                  emotion=utt.emotion or None))
         if limit and len(prompts) == limit:
             break
     return prompts

@@ -55,6 +55,7 @@ class GRPOPrompt:
     text: str  # what the model speaks; Whisper's transcript is scored against it
     reference: Path | None = None  # a recording of the voice to match (SIM); None: WER alone
     language: str = "en"
+    emotion: str | None = None  # the utterance's emotion token in the instruction context (an expressive corpus)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def prompt_inputs(bundle: LunaBundle, tokenizer: Any, prompt: GRPOPrompt, rows: 
     ``duet.tts.luna_parts.LunaParts.layout`` lays it)."""
     acoustic = bundle.acoustic
     device = acoustic.device
-    ids = luna_prompt(prompt.text, tokenizer, language=prompt.language)
+    ids = luna_prompt(prompt.text, tokenizer, language=prompt.language, emotion=prompt.emotion)
     text = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
     lengths = torch.tensor([len(ids)], device=device)  # (1,)
     with torch.no_grad():

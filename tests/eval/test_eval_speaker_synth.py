@@ -44,6 +44,22 @@ def test_luna_clones_each_prompt_at_the_items_seed(tmp_path):
         assert r.frames * speaker.codec.samples_per_frame == len(r.audio)
 
 
+def test_a_voice_gepard_clones_each_prompt_wav_alone(tmp_path):
+    """A Gepard with the voice compressor takes the prompt wav as its reference (no transcript): the same audio as
+    speak(voice_ref=), and not the null prefix's."""
+    model_dir = write_tiny_gepard(tmp_path / "m", voice=True)
+    speaker = duet.load(model_dir)
+    items = _items(tmp_path, speaker.sample_rate)
+    out = load_synthesizer(f"speaker:{model_dir}", SynthOptions(seed=5, temperature=1.0)).synthesize(items)
+    clip = load_audio(items[0].prompt_wav, sample_rate=speaker.sample_rate)[0]
+    cloned = speaker.speak("Hello there.", seed=item_seed(5, "a"), temperature=1.0, voice_ref=clip)
+    unprompted = speaker.speak("Hello there.", seed=item_seed(5, "a"), temperature=1.0)
+    np.testing.assert_allclose(out[0].audio, cloned.audio, atol=1e-6)
+    assert out[0].audio.shape != unprompted.audio.shape or not np.allclose(out[0].audio, unprompted.audio)
+    plain = speaker.speak("How are you?", seed=item_seed(5, "b"), temperature=1.0)
+    np.testing.assert_allclose(out[1].audio, plain.audio, atol=1e-6)
+
+
 @pytest.mark.parametrize("family", ["gepard", "realtime"])
 def test_speakers_without_cloning_speak_the_target_text(family, tmp_path):
     if family == "gepard":

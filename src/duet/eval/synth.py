@@ -250,7 +250,8 @@ class SpeakerSynthesizer:
     """Any model ``duet.load`` knows (``duet.tts``: Gepard, Luna, Luna Realtime) through its speaker, one item at a
     time, streamed: time to first audio is the first chunk's arrival (Gepard: a frame; Luna: a whole sentence;
     Luna Realtime: a block). A speaker that clones (``voice_prompt``, Luna) clones each item's prompt wav with its
-    transcript (Luna §2.5); the others speak without it. ``wall_s`` includes encoding the prompt.
+    transcript (Luna §2.5), one that clones from a clip alone (a Gepard with the voice compressor) takes the prompt
+    wav as ``voice_ref``; the others speak without it. ``wall_s`` includes encoding the prompt.
     """
 
     batch_size = 1
@@ -262,7 +263,8 @@ class SpeakerSynthesizer:
         self.seed = options.seed
         # only the options given: a speaker without steps (Gepard) refuses the keyword
         self.options = options.given("steps", "cfg_scale", "temperature", "top_k")
-        self.clones = speaker.supports_cloning
+        self.clones = speaker.supports_cloning  # a voice prompt: the clip and its transcript (Luna)
+        self.clones_from_audio = speaker.clones_from_audio  # the clip alone (a Gepard with the voice compressor)
 
     def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
         from duet.audio import load_audio
@@ -272,9 +274,12 @@ class SpeakerSynthesizer:
         for item in items:
             start = time.perf_counter()
             options = dict(self.options)
-            if self.clones and item.prompt_wav is not None:
+            if item.prompt_wav is not None and (self.clones or self.clones_from_audio):
                 clip = load_audio(item.prompt_wav, sample_rate=sr)[0]
-                options["prompt"] = self.speaker.voice_prompt(clip, item.prompt_text)
+                if self.clones:
+                    options["prompt"] = self.speaker.voice_prompt(clip, item.prompt_text)
+                else:
+                    options["voice_ref"] = clip
             ended: list[str] = []
             chunks, first = [], None
             for chunk in self.speaker.stream(item.target_text, seed=item_seed(self.seed, item.utt), ended=ended,

@@ -77,7 +77,7 @@ def read_shipped(path: str | Path, kind: str, format_version: int,
     return meta, weights, get_tokenizer(files[2])
 
 
-MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny")  # the shipped models `duet speak --model` knows by name
+MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny", "gepard-clone-tiny")  # `duet speak --model` knows by name
 DEFAULT_MODEL = MODELS[0]  # what a bare `duet speak` speaks with and a bare `duet serve` serves
 
 

@@ -30,3 +30,17 @@ def test_shipped_model_speaks(name):
 
 def test_the_readme_models_are_shipped():
     assert {"gepard-tiny", "luna-tiny", "luna-realtime-tiny"} <= set(SHIPPED)
+
+
+@pytest.mark.skipif("gepard-clone-tiny" not in SHIPPED, reason="gepard-clone-tiny is not in this checkout")
+def test_the_cloning_model_follows_its_reference():
+    """gepard-clone-tiny reads a reference clip (here another model's voice): its audio differs from the null
+    prefix's, and the same reference and seed give the same audio."""
+    reference = duet.load("gepard-tiny").speak("Good morning, how are you today?", seed=0)
+    speaker = duet.load("gepard-clone-tiny")
+    assert speaker.clones_from_audio
+    a = speaker.speak("Hello there.", seed=0, voice_ref=reference.audio, voice_ref_rate=reference.sample_rate)
+    b = speaker.speak("Hello there.", seed=0, voice_ref=reference.audio, voice_ref_rate=reference.sample_rate)
+    plain = speaker.speak("Hello there.", seed=0)
+    np.testing.assert_array_equal(a.audio, b.audio)
+    assert a.audio.shape != plain.audio.shape or not np.allclose(a.audio, plain.audio, atol=1e-4)

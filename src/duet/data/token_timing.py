@@ -2,8 +2,8 @@
 
 A corpus timing sidecar (``duet.data.timing``) gives the IPA string a voice read and the time span of each of its
 characters (a sidecar in Festival's or Flite's phone set is first laid over the text's IPA by its word times,
-``duet.data.timing.ipa_from_words``). A tokenizer cuts that same string into tokens with character offsets, so each token's span is that of
-its characters: it starts where its first character starts. Durations are differences of consecutive starts, so
+``duet.data.timing.ipa_from_words``). A tokenizer cuts that same string into tokens with character offsets, so each
+token's span is that of its characters: it starts where its first character starts. Durations are differences of consecutive starts, so
 a pause between two characters belongs to the token before it, and the durations of a row add up exactly::
 
     SOT = start of the first token         (leading silence)

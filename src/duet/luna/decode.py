@@ -184,15 +184,15 @@ def unmask_step(
     cells = still.nonzero(as_tuple=True)
     masked = guided[cells]  # (M, K)
     drawn = sample_tokens(masked, cfg.temperature, cfg.top_k, generator)  # (M,)
-    logp = masked.log_softmax(dim=-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1)  # (M,)
+    drawn_conf = masked.log_softmax(dim=-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1)  # (M,) log p of the draw
     noise = gumbel_scale(step, S, cfg.gumbel_temperature)
     if noise > 0:
-        logp = logp + noise * _gumbel(logp.shape, generator, logp.device)
+        drawn_conf = drawn_conf + noise * _gumbel(drawn_conf.shape, generator, drawn_conf.device)
     sampled = tokens.clone()
     sampled[cells] = drawn
     # Finite for every cell still masked (so none can rank below a decided one), -inf for the rest.
     confidence = torch.full((B, T, Q), float("-inf"), device=guided.device)
-    confidence[cells] = logp.clamp(min=-1e30)
+    confidence[cells] = drawn_conf.clamp(min=-1e30)
     confidence = confidence.flatten(1)  # (B, N)
 
     n_commit = still.flatten(1).sum(dim=1) - masked_after_step(num_cells, step, S)  # (B,)
@@ -228,8 +228,8 @@ def maskgit_step(
     """Step s of ``maskgit_decode`` after its forward pass (items 1-4 of the module docstring).
 
     logits (B', T, Q, K) of the rows ``guidance_rows(B, cfg)`` asked for, tokens (B, T, Q), still (B, T, Q) bool,
-    num_cells (B,) -> (new tokens (B, T, Q), commit (B, T, Q) bool). The random numbers drawn depend on the shape of
-    ``tokens`` and on ``generator`` only, so a caller that slices one request's rows out of a larger forward pass
+    num_cells (B,) -> (new tokens (B, T, Q), commit (B, T, Q) bool). The random numbers drawn depend on the cells still
+    masked in ``tokens`` and on ``generator`` only, so a caller that slices one request's rows out of a larger forward pass
     (``duet.tts.luna.LunaRuntime``) draws exactly what ``maskgit_decode`` of that request alone would.
     """
     return unmask_step(guide(logits, tokens.shape[0], cfg), tokens, still, num_cells, step, cfg, generator)

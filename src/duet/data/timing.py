@@ -321,13 +321,11 @@ def ipa_from_words(timing: Timing, ipa: str, word_ipa: Sequence[str]) -> Timing:
                 times[i] = (t, start + (end - start) * k / n)
             else:
                 times[i] = (t, t)
-    first = min(a for a, _ in joint)
-    now = timing.words[0][1]
+    now = timing.words[0][1]  # before the first word: its start
     phones = []
-    for i, unit in enumerate(units):
-        span = times[i]
+    for unit, span in zip(units, times):
         if span is None:  # a separator (or unread character) between words: at the end of the word before
-            span = (now, now) if i > first else (timing.words[0][1],) * 2
+            span = (now, now)
         phones.append((unit, *span))
         now = span[1]
     return Timing(ipa, tuple(phones), timing.words, IPA)

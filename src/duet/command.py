@@ -1,5 +1,6 @@
 """Running a parsed command line: the one place where a :class:`DuetError` becomes one line on stderr and exit
-code 2. Every entry point (``duet`` in ``duet.cli``, and the modules torchrun launches) goes through :func:`run`."""
+code 2. Every entry point (``duet`` in ``duet.cli``, and the modules torchrun launches) goes through :func:`run`.
+:func:`comma_list` reads the flags that take several names (``--languages en,es``)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,8 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("duet: interrupted", file=sys.stderr)
         return 130
+
+
+def comma_list(value: str | None) -> tuple[str, ...]:
+    """A flag's comma-separated names, stripped, empty ones dropped (None: none)."""
+    return tuple(x.strip() for x in (value or "").split(",") if x.strip())

@@ -148,6 +148,7 @@ _METRICS = ("wer", "sim", "dnsmos", "signal")
 
 
 def run_build_set(args: argparse.Namespace) -> int:
+    from duet.command import comma_list
     from duet.errors import DuetError
     from duet.eval.testset import WORD_LIST, BuildConfig, build_set, build_word_set, corpus_words
 
@@ -166,7 +167,7 @@ def run_build_set(args: argparse.Namespace) -> int:
     config = BuildConfig(kind=args.kind, split=args.split, language=args.language,
                          max_short_words=args.max_short_words, min_prompt_s=args.min_prompt_s,
                          max_prompt_s=args.max_prompt_s, limit=args.limit, seed=args.seed,
-                         speakers=tuple(s.strip() for s in (args.speakers or "").split(",") if s.strip()),
+                         speakers=comma_list(args.speakers),
                          per_speaker=args.per_speaker)
     built = build_set(args.manifest, args.out, config)
     print(f"wrote {built.path}: {built.items} items")
@@ -176,11 +177,12 @@ def run_build_set(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    from duet.command import comma_list
     from duet.eval.run import RunConfig, run_eval
     from duet.eval.scoring import ScoreConfig
     from duet.eval.synth import SynthOptions
 
-    metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+    metrics = comma_list(args.metrics)
     config = RunConfig(
         model=args.model, test_set=args.test_set, out_dir=args.out,
         synth=SynthOptions(batch_size=args.batch_size, device=args.device, seed=args.seed,

@@ -48,6 +48,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from duet.command import comma_list
 from duet.config_io import read_json
 from duet.data.manifest import audio_path, read_manifest
 from duet.data.utterances import hash_order, select_utterances
@@ -460,7 +461,7 @@ def sft_config_from_args(args: argparse.Namespace) -> GepardSFTConfig:
     if args.select is not None:
         selection = replace(selection, ids=str(Path(args.select).resolve()))
     if args.speakers is not None:
-        selection = replace(selection, speakers=tuple(s.strip() for s in args.speakers.split(",") if s.strip()))
+        selection = replace(selection, speakers=comma_list(args.speakers))
     return replace(cfg, selection=selection)
 
 
@@ -472,8 +473,8 @@ def dpo_config_from_args(args: argparse.Namespace) -> GepardDPOConfig:
     elif args.init_from is None:
         raise DuetError("gepard-dpo needs --init-from (a shipped Gepard), or --resume a run")
     else:
-        languages = tuple(x.strip() for x in (args.languages or "").split(",") if x.strip())
-        held_out = tuple(x.strip() for x in (args.hold_out_speakers or "").split(",") if x.strip())
+        languages = comma_list(args.languages)
+        held_out = comma_list(args.hold_out_speakers)
         prompts = PromptsConfig(manifest=args.manifest or "", split=args.split, languages=languages,
                                 held_out_speakers=held_out, texts=args.texts or "",
                                 limit=args.prompts or PromptsConfig.limit, clone=args.clone)

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from duet.command import comma_list
 from duet.errors import DuetError
 from duet.eval.clip_scorer import ClipScoreConfig
 from duet.luna.bundle import LunaBundle
@@ -275,7 +276,7 @@ def _pick(obj: Any, **values: Any) -> Any:
 
 
 def _overrides(cfg: LunaGRPOConfig, args: argparse.Namespace) -> LunaGRPOConfig:
-    languages = None if args.languages is None else tuple(x.strip() for x in args.languages.split(",") if x.strip())
+    languages = None if args.languages is None else comma_list(args.languages)
     prompts = _pick(cfg.prompts, split=args.split, val_split=args.val_split, val_items=args.val_items,
                     max_items=args.max_prompts, languages=languages,
                     similarity=False if args.no_sim else None)

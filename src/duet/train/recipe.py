@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from duet.command import comma_list
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.text.phonemes import DEFAULT_VOICE
@@ -296,9 +297,9 @@ def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], cls: ty
     data = {k: v for k, v in (("batch_frames", args.batch_frames), ("max_batch_size", args.max_batch),
                               ("seed", args.seed)) if v is not None}
     if args.languages is not None:
-        data["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+        data["languages"] = comma_list(args.languages)
     if args.hold_out_speakers is not None:
-        data["held_out_speakers"] = tuple(x.strip() for x in args.hold_out_speakers.split(",") if x.strip())
+        data["held_out_speakers"] = comma_list(args.hold_out_speakers)
     cfg = replace(cfg, loop=replace(cfg.loop, **loop), data=replace(cfg.data, **data))
     if getattr(args, "bpe_vocab", None) is not None:
         cfg = replace(cfg, bpe_vocab=args.bpe_vocab)

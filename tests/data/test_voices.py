@@ -307,3 +307,102 @@ def test_festival_writes_timing(tmp_path, voice_name, rate, semitones):
     assert timing.alphabet == "festival" and check_timing(timing, duration) == []
     assert [w for w, _, _ in timing.words] == text_words(text)
     assert abs(timing.phones[-1][2] - duration) < 0.05  # the HTS engine's -r shows in the segment times
+
+
+# --- espeak-ng (its library) ---------------------------------------------------------------------------------------
+
+def _espeak_library():
+    from duet.data.sources.espeak_library import library
+
+    try:
+        return library()
+    except MissingDependency:
+        pytest.skip("needs libespeak-ng (apt-get install espeak-ng)")
+
+
+def test_espeak_library_timeline_from_events():
+    from duet.data.sources.espeak_library import _END, _PHONEME, _WORD, PAUSE, _timeline
+
+    events = [(_WORD, 1, 0, ""), (_PHONEME, 1, 10, "h"), (_PHONEME, 1, 30, "aɪ"), (_PHONEME, 3, 50, ""),
+              (_WORD, 5, 50, ""), (_PHONEME, 5, 60, "j"), (_PHONEME, 5, 70, "uː"), (_END, 8, 90, ""),
+              (_PHONEME, 8, 90, "")]
+    phonemes, words = _timeline(events, n_samples=120)
+    assert phonemes == (("h", 10, 30), ("aɪ", 30, 50), (PAUSE, 50, 60), ("j", 60, 70), ("uː", 70, 90),
+                        (PAUSE, 90, 90))
+    assert words == ((0, 0, 2), (4, 3, 5))  # character offsets from 0; the pause belongs to no word
+
+
+def test_espeak_library_selects_variants_of_a_language():
+    lib = _espeak_library()
+    assert lib.has_voice("en-us+f3") and lib.has_voice("en-gb+m4") and not lib.has_voice("no-such-language")
+    plain = lib.synthesize(PHRASE, "en-gb", 50, 170).audio
+    variant = lib.synthesize(PHRASE, "en-gb+m4", 50, 170).audio
+    assert len(plain) != len(variant) or not np.array_equal(plain, variant)  # the program speaks both alike
+
+
+def test_espeak_speaker_reads_like_the_program_whatever_it_read_before(tmp_path):
+    import subprocess
+
+    from duet.data.sources.espeak import EspeakSpeaker
+
+    _espeak_library()
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs the espeak-ng program")
+    out = tmp_path / "p.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us+f3", "-p", "60", "-s", "165", "-w", str(out), "--stdin"],
+                   input=PHRASE, text=True, check=True)
+    program, sr = sf.read(str(out), dtype="float32")
+    speaker = EspeakSpeaker("espeak-en-us-f3", "en-us", "f3", pitch=60, rate=165)
+    texts = [PHRASE, "Something else first.", PHRASE]
+    items = [RenderItem(str(i), t, str(tmp_path / f"{i}.wav")) for i, t in enumerate(texts)]
+    assert speaker.render(items) == [None] * 3
+    first, second = (sf.read(items[i].out, dtype="float32")[0] for i in (0, 2))
+    assert np.array_equal(first, second)  # a text read after another comes out the same
+    assert len(first) <= len(program)  # the program adds trailing silence
+    assert np.abs(program[:len(first)] - first).max() < 1e-4
+
+
+def test_espeak_library_keeps_every_word_over_many_voices():
+    lib = _espeak_library()
+    voices = [f"{language}+{variant}" for language in ("en-gb", "en-us") for variant in ("f2", "m4", "klatt3", "Alicia")]
+    for _ in range(3):  # selecting voices must not crowd a later reading's events out
+        for voice in voices:
+            synthesis = lib.synthesize("He said, I will.", voice, 60, 170)
+            assert synthesis.phonemes[0][0] == "h" and synthesis.words[0] == (0, 0, 2), voice
+
+
+@pytest.mark.parametrize("text,shared", [(PHRASE, {("of", "the")}),
+                                         ("Café résumé — naïve, $3.50 I am told.", {("I", "am")})])
+def test_espeak_speaker_writes_word_timing(tmp_path, text, shared):
+    from duet.data.sources.espeak import EspeakSpeaker
+
+    _espeak_library()
+    speaker = EspeakSpeaker("espeak-en-gb-m4", "en-gb", "m4", pitch=40, rate=165)
+    speaker.check()
+    audio, sr, timing = _render(speaker, tmp_path, text=text)
+    duration = len(audio) / sr
+    assert timing.alphabet == "espeak" and check_timing(timing, duration) == []
+    assert [w for w, _, _ in timing.words] == text_words(text)
+    spans = {}
+    for w, a, b in timing.words:
+        spans.setdefault((a, b), []).append(w)
+    assert {tuple(ws) for ws in spans.values() if len(ws) > 1} == shared  # espeak-ng reads these as one word
+    assert timing.words[0][1] > 0 and timing.words[-1][2] < duration  # silence before and after
+    # The words' sound: the loudest 20 ms windows lie inside words, the quiet lead-in before the first.
+    hop = sr // 50
+    energy = np.array([np.sqrt(np.mean(audio[i:i + hop] ** 2)) for i in range(0, len(audio) - hop, hop)])
+    lead = int(timing.words[0][1] * 50)
+    assert energy[:lead].max(initial=0.0) < 0.1 * energy.max()
+
+
+def test_espeak_timing_reads_as_ipa_for_a_phoneme_model(tmp_path):
+    from duet.data.manifest import Utterance
+    from duet.data.sources.espeak import EspeakSpeaker
+    from duet.data.token_timing import _ipa_timings
+
+    _espeak_library()
+    _, _, timing = _render(EspeakSpeaker("espeak-en-us", "en-us"), tmp_path)
+    u = Utterance(id="a", text=PHRASE, language="en", speaker="espeak-en-us", path="a.wav", duration=1.0,
+                  source="espeak", split="train")
+    ipa = _ipa_timings([u], {"a": timing}, "en-us")["a"]
+    assert ipa is not None and ipa.alphabet == "ipa" and ipa.words == timing.words

@@ -230,7 +230,8 @@ def expressive() -> CorpusPreset:
     """`joe` plus its voice in six speaking styles (neutral, happy, sad, angry, surprised, whisper: each sentence
     read in all six) with breath, cough, laughter and sigh spliced into half of the readings, and a few other voices
     in the same styles so a style is not one voice's habit (the emotion classifier, ``duet.eval.emotion``, trains on
-    them all): Festival slt and Flite awb with events (both write word timing), espeak-ng without (it writes none).
+    them all): Festival slt and Flite awb with events (both write word timing), espeak-ng without (its styled readings
+    go through the program with SSML for the pitch range, which writes no timing).
 
     About 600 x 6 Piper readings (~4.5 h) and 150 x 6 for each other voice (~2.5 h) on top of `joe`'s 12.4 h;
     `--reuse` a built `joe` to link its audio. Roughly 15-25 minutes on 2 cores besides `joe`."""

@@ -12,8 +12,8 @@ batch it:
 3. splices each tagged event at its word boundary from that timing (``duet.data.splice``) and writes the audio with
    the rewritten sidecar, whose units then hold the events' times (the manifest reads them from there).
 
-An item with events but no usable timing (espeak-ng writes none; Festival's is dropped when its segments do not
-fit the audio) fails with "no word timing", so the planner gives events to timed voices only.
+An item with events but no usable timing (espeak-ng's styled readings, which go through the program with SSML,
+have none; Festival's is dropped when its segments do not fit the audio) fails with "no word timing", so the planner gives events to timed voices only.
 """
 
 from __future__ import annotations

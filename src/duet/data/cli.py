@@ -93,6 +93,7 @@ def _encode(args: argparse.Namespace) -> int:
 def _align(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from duet.command import comma_list
     from duet.data.align import AlignerConfig
     from duet.data.align_corpus import align_corpus
     from duet.errors import DuetError
@@ -104,7 +105,7 @@ def _align(args: argparse.Namespace) -> int:
         raise DuetError(f"--tokenizer {args.tokenizer}: no tokenizer.json there")
     if args.iterations < 1:
         raise DuetError(f"--iterations must be at least 1, got {args.iterations}")
-    languages = tuple(x for x in args.languages.split(",") if x)
+    languages = comma_list(args.languages)
     done = align_corpus(args.manifest, args.shards, tokenizer, args.out, languages=languages,
                         cfg=AlignerConfig(iterations=args.iterations), limit=args.limit, progress=not args.quiet)
     r = done.result

@@ -307,3 +307,27 @@ def test_a_cached_similarity_is_rescored_when_its_other_speakers_change(tmp_path
         scorer = Counting(metrics, impostors)
         score_set(scorer, items, out, reconstructs_reference=False, progress=False)
         assert scorer.calls == expected, (metrics, impostors)
+
+
+def test_sets_that_name_their_speakers_are_summarised_per_speaker(test_set, tmp_path):
+    import json
+
+    (test_set / "speakers.json").write_text(json.dumps({"u0": "anna", "u1": "anna", "u3": "bob", "u5": "bob"}))
+    out = tmp_path / "run"
+    res = run_eval(_config(test_set, out), Scripted())
+    per = res.summary["per_speaker"]
+    assert sorted(per) == ["anna", "bob"]  # u7 is in no speaker's list
+    rows = {r["utt"]: r for r in res.rows}
+    for name, utts in (("anna", ["u0", "u1"]), ("bob", ["u3", "u5"])):
+        assert per[name]["utterances"] == 2
+        assert per[name]["audio_s"] == pytest.approx(sum(rows[u]["duration_s"] for u in utts))
+    report = (out / "report.md").read_text()
+    assert "## Per speaker" in report and "| anna | 2 |" in report and "| bob | 2 |" in report
+
+
+def test_per_speaker_gap_is_sim_minus_sim_other():
+    from duet.eval.report import _per_speaker_table
+
+    table = _per_speaker_table({"anna": {"utterances": 3, "wer": 0.1, "sim": 0.8, "sim_other": 0.5},
+                                "bob": {"utterances": 1, "wer": None, "sim": None, "sim_other": None}})
+    assert "| anna | 3 | 10.00 | 0.800 | 0.500 | 0.300 |" in table and "| bob | 1 | - | - | - | - |" in table

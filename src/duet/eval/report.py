@@ -174,6 +174,20 @@ def _summary_rows(metrics: dict[str, Any]) -> list[list[str]]:
     return [[c.header, cell(metrics, c), c.note] for c in _used_columns([metrics])]
 
 
+def _per_speaker_table(per_speaker: dict[str, dict[str, Any]]) -> str:
+    """One row per speaker: utterances, WER, and where similarity was scored, SIM, SIM other and their gap (how
+    much closer a clone is to its own prompt than to other speakers')."""
+    def f(x: float | None, fmt: Callable[[float], str]) -> str:
+        return "-" if x is None else fmt(x)
+
+    rows = []
+    for name, m in per_speaker.items():
+        gap = None if m.get("sim") is None or m.get("sim_other") is None else m["sim"] - m["sim_other"]
+        rows.append([name, str(m["utterances"]), f(m.get("wer"), _pct), f(m.get("sim"), _f3),
+                     f(m.get("sim_other"), _f3), f(gap, _f3)])
+    return markdown_table(["speaker", "utts", "WER %", "SIM", "SIM other", "gap"], rows)
+
+
 def _problem_lines(summary: dict[str, Any], limit: int = 50) -> list[str]:
     probs = summary.get("problems", [])
     out = [f"line {p['line']}: {p['stage']}: {p['message']}" if p.get("line") is not None
@@ -202,6 +216,8 @@ def write_report(out_dir: str | Path, summary: dict[str, Any], rows: list[dict])
 
     md = [f"# {title}", "", f"- model: `{summary['model']}`", f"- test set: `{summary['test_set']}`", f"- {counts}",
           "", markdown_table(["metric", "value", "what"], _summary_rows(m)), ""]
+    if summary.get("per_speaker"):
+        md += ["## Per speaker", "", _per_speaker_table(summary["per_speaker"]), ""]
     sr = m.get("skipped_words", {})
     md += ["## Short register", "",
            f"- runaway: {m['runaway']['hits']} of {m['runaway']['count']} with a known end",

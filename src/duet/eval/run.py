@@ -215,6 +215,15 @@ def score_set(scorer: Scorer, items: Sequence[TestItem], out_dir: Path, reconstr
     return rows, fresh, problems
 
 
+def per_speaker(rows: Sequence[dict], speakers: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Speaker -> the set-level numbers of its utterances (sets that name their speakers; {} otherwise)."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["utt"] in speakers:
+            by.setdefault(speakers[r["utt"]], []).append(r)
+    return {name: summarize(by[name]) for name in sorted(by)}
+
+
 def run_eval(config: RunConfig, synthesizer: Synthesizer | None = None) -> RunResult:
     """Synthesise (what is missing), score (what is not cached), summarise and report one system on one set."""
     test_set: TestSet = read_meta(config.test_set)
@@ -239,7 +248,8 @@ def run_eval(config: RunConfig, synthesizer: Synthesizer | None = None) -> RunRe
         close = getattr(synthesizer, "close", None)
         if close is not None:
             close()
-    impostors = impostor_prompts(items, read_speakers(test_set))
+    speakers = read_speakers(test_set)
+    impostors = impostor_prompts(items, speakers)
     rows, scored, score_problems = score_set(Scorer(config.score, impostors), items, out_dir,
                                              synthesizer.reconstructs_reference, config.progress)
     problems = list(test_set.problems) + synth_problems + score_problems
@@ -251,6 +261,7 @@ def run_eval(config: RunConfig, synthesizer: Synthesizer | None = None) -> RunRe
         "skipped": {stage: sum(p.stage == stage for p in problems) for stage in ("parse", "synthesis", "scoring")},
         "problems": [asdict(p) for p in problems],
         "metrics": summarize(rows),
+        "per_speaker": per_speaker(rows, speakers),
         "elapsed_s": time.perf_counter() - started,
     }
     _write_json(out_dir / "summary.json", summary)

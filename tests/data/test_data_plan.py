@@ -174,3 +174,21 @@ def test_the_everyday_register_is_planned_after_everything_else_and_never_holds_
     es = tiny().voices[-1]
     with pytest.raises(ValueError, match="English only"):
         plan_corpus(replace(tiny(), voices=(replace(es, everyday=3),)))
+
+
+def test_voices_preset_holds_its_unseen_voices_apart():
+    from duet.data.presets import VOICES_HELD_OUT
+
+    plan = plan_corpus(get_preset("voices"), seed=0)
+    speakers = defaultdict(list)
+    for u in plan.utterances:
+        speakers[u.speaker].append(u)
+    assert {u.language for u in plan.utterances} == {"en"} and len(speakers) >= 60
+    # every held-out voice reads enough for a clone set (a target and another recording as its reference)
+    assert all(len(speakers[name]) == 40 for name in VOICES_HELD_OUT)
+    # no other speaker shares a held-out espeak-ng variant (f3, m4), Flite's rms or Festival's ked
+    trained = set(speakers) - set(VOICES_HELD_OUT)
+    assert not [s for s in trained if "-f3-" in s or "-m4-" in s or "rms" in s or "ked" in s]
+    # the Piper timbres are speakers of their own, all of them timed Piper renderings
+    timbres = [s for s in trained if s.startswith("piper-joe-") and "-t" in s]
+    assert len(timbres) == 10 and all(u.source == "piper" for s in timbres for u in speakers[s])

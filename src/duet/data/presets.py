@@ -155,9 +155,11 @@ def base() -> CorpusPreset:
 LARGE_TEXTS = ("fortunes", "templates", "austen", "wordnet", "tdavid", "web")
 
 
-def piper(length_scale: float = 1.0) -> PiperSpeaker:
+def piper(length_scale: float = 1.0, formant: float = 1.0, semitones: float = 0.0) -> PiperSpeaker:
     name = "piper-joe" + (f"-l{length_scale:g}" if length_scale != 1.0 else "")
-    return PiperSpeaker(name, length_scale=length_scale)
+    if formant != 1.0 or semitones:
+        name += f"-t{formant:g}{semitones:+g}"
+    return PiperSpeaker(name, length_scale=length_scale, formant=formant, semitones=semitones)
 
 
 def _joe_quota() -> SpeakerQuota:
@@ -226,6 +228,67 @@ def large() -> CorpusPreset:
     return replace(base(), name="large", voices=voices, text_sources={"en": LARGE_TEXTS, "es": ("fortunes", "sparv")})
 
 
+# Piper timbres for `voices`: (length scale, formant scale, semitones). Lower formants with a lower pitch sound like
+# larger (male) speakers, higher ones with a raised pitch like smaller (female, younger) ones; each is another
+# speaker to the speaker encoder (Resemblyzer cosine 0.4-0.7 to joe, against ~0.9 between two readings of one voice).
+_PIPER_TIMBRES = (
+    (1.0, 0.86, -5), (1.1, 0.9, -3), (0.95, 0.93, 2), (1.0, 0.96, -2), (1.05, 1.05, 3), (0.9, 1.08, 5),
+    (1.0, 1.12, 7), (1.1, 1.15, 10), (0.95, 1.18, 12), (1.0, 1.22, 9),
+)
+# espeak-ng English speakers for `voices`: accents x variants x pitch; none of the held-out ones' variants (f3, m4)
+_VOICES_ESPEAK_EN = tuple(
+    (voice, variant, pitch, rate)
+    for voice, variants in (
+        ("en-us", ("", "m1", "f1", "m3", "f2", "klatt", "Andy", "Annie", "m7", "f5", "Alex", "linda")),
+        ("en-gb", ("", "m2", "f4", "klatt3", "adam", "Alicia", "m5", "steph", "edward")),
+        ("en-gb-scotland", ("", "m6", "f2", "klatt2")),
+        ("en-gb-x-rp", ("", "m8", "f5", "belinda")),
+        ("en-us-nyc", ("", "m3", "f1", "travis")),
+        ("en-029", ("", "m1", "f4")),
+        ("en-gb-x-gbclan", ("", "f1")),
+    )
+    for i, variant in enumerate(variants)
+    for pitch, rate in ((40 + (7 * i) % 35, 160 + (11 * i) % 40),)
+)
+# Held out of `voices` training by `--hold-out-speakers` (their own accents or engines are not heard otherwise), read
+# only so evaluation has prompts and targets of voices the model never heard
+VOICES_HELD_OUT = ("flite-rms", "festival-ked", "espeak-en-us-f3-p60-s165", "espeak-en-gb-m4-p40-s165")
+
+
+def voices() -> CorpusPreset:
+    """Many timed English voices for voice cloning, about 12 h: a cloning prefix trained on a few voices picks
+    among them; describing a new one takes many. Every speaker writes phone and word timing (aligned text input):
+
+    - Piper joe (as in `joe`, a share of it) and ten timbres of it (formant scale and pitch after synthesis, with a
+      speaking rate each: `_PIPER_TIMBRES`), the natural-sounding speakers;
+    - Festival slt and kal with four rate/pitch variants, Flite awb and slt with pitch and rate variants;
+    - 40 espeak-ng English voices over seven accents (`_VOICES_ESPEAK_EN`), timed through its library;
+    - 40 sentences each of the held-out voices `VOICES_HELD_OUT`, for evaluation on unseen speakers.
+
+    English only, read from the large pool; splits are by text, as in `large`. About 20-25 minutes on 2 cores
+    (Piper is most of it)."""
+    slt, kal = "cmu_us_slt_arctic_hts", "kal_diphone"
+    held_out = (flite("rms"), festival("ked_diphone"), espeak("en-us", "f3", pitch=60, rate=165),
+                espeak("en-gb", "m4", pitch=40, rate=165))
+    voices = (
+        SpeakerQuota(piper(), sentences=1500, short=200, everyday=100),
+        *(SpeakerQuota(piper(*t), sentences=300, short=40) for t in _PIPER_TIMBRES),
+        SpeakerQuota(festival(slt), sentences=600, short=100),
+        SpeakerQuota(festival(kal), sentences=500, short=100),
+        *(SpeakerQuota(festival(v, r, p), sentences=150, short=20)
+          for v, r, p in ((slt, 0.9, -3), (slt, 1.1, 4), (kal, 1.1, 3), (kal, 0.95, -3))),
+        SpeakerQuota(flite("awb"), sentences=500, short=80),
+        SpeakerQuota(flite("slt"), sentences=500, short=80),
+        *(SpeakerQuota(FliteSpeaker(f"flite-{v}-f{f0}" + (f"-r{r:g}" if r != 1.0 else ""), v, rate=r, pitch=f0),
+                       sentences=200, short=30)
+          for v, f0, r in (("awb", 80, 1.0), ("awb", 140, 1.1), ("slt", 140, 0.95), ("slt", 220, 1.0))),
+        *(SpeakerQuota(espeak(v, var, p, r), sentences=100, short=20) for v, var, p, r in _VOICES_ESPEAK_EN),
+        *(SpeakerQuota(v, sentences=40) for v in held_out),
+    )
+    assert tuple(q.speaker.name for q in voices[-len(held_out):]) == VOICES_HELD_OUT
+    return replace(joe(), name="voices", voices=voices)
+
+
 def expressive() -> CorpusPreset:
     """`joe` plus its voice in six speaking styles (neutral, happy, sad, angry, surprised, whisper: each sentence
     read in all six) with breath, cough, laughter and sigh spliced into half of the readings, and a few other voices
@@ -245,7 +308,7 @@ def expressive() -> CorpusPreset:
 
 
 PRESETS: dict[str, Callable[[], CorpusPreset]] = {"tiny": tiny, "base": base, "joe": joe, "large": large,
-                                                  "expressive": expressive}
+                                                  "voices": voices, "expressive": expressive}
 
 
 def get_preset(name: str) -> CorpusPreset:

@@ -1,13 +1,15 @@
-"""What a speaking style does to a voice's audio after synthesis: pitch shift, whisper, spectral tilt, gain.
+"""What a speaking style does to a voice's audio after synthesis: pitch shift, whisper, spectral tilt, gain; and
+the timbre shift that makes another speaker of a voice (formants and pitch).
 
 Every effect keeps the number of samples, so a timing sidecar written for the audio stays valid. Pitch goes
 through sox ``pitch`` (as the Festival variants already do: WSOLA, length kept, formants move a little). Whisper
 is a linear-prediction vocoder: each 25 ms frame's spectral envelope (LPC of order 2 + kHz, on pre-emphasised
 audio) filters white noise instead of the voice's own excitation, scaled to the frame's energy and overlap-added
 with a Hann window; the words keep their formants and timing and lose their pitch. Tilt is a first-order shelf,
-loudness kept. The noise is drawn from a seed, so a style's audio is reproducible.
+loudness kept. The noise is drawn from a seed, so a style's audio is reproducible. A timbre shift is pitch
+through sox and a cepstral envelope warp (`warp_envelope`), which moves the formants without the pitch.
 
-Shape legend: S samples, N samples per frame, P prediction order.
+Shape legend: S samples, N samples per frame, P prediction order, F frequency bins.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 from scipy.linalg import solve_toeplitz
-from scipy.signal import lfilter
+from scipy.signal import istft, lfilter, stft
 
 from duet.data.sources.base import run_tool
 from duet.data.styles import Style
@@ -36,10 +38,58 @@ def pitch_shift(audio: np.ndarray, sample_rate: int, semitones: float) -> np.nda
     """(S,) -> (S,) shifted by ``semitones`` with sox ``pitch`` (length kept; trimmed or padded to S exactly)."""
     if not semitones:
         return audio
-    with tempfile.TemporaryDirectory(prefix="duet-pitch-") as tmp:
+    return _sox(audio, sample_rate, ["pitch", f"{100 * semitones:.0f}"])
+
+
+def timbre_shift(audio: np.ndarray, sample_rate: int, formant: float, semitones: float = 0.0) -> np.ndarray:
+    """(S,) -> (S,) with the spectral envelope scaled by ``formant`` (> 1: a shorter vocal tract) and the pitch
+    moved by ``semitones``, length kept: vocal-tract-length perturbation, which makes another speaker's timbre of
+    one recording.
+
+    sox ``pitch`` (WSOLA, then resampling) scales pitch and formants together by r = 2^(semitones / 12); the
+    envelope is then warped by ``formant`` / r (:func:`warp_envelope`), so formants end at x ``formant``. Time is
+    untouched, so a timing sidecar stays valid."""
+    if formant == 1.0 and not semitones:
+        return audio
+    return warp_envelope(pitch_shift(audio, sample_rate, semitones), sample_rate, formant / 2 ** (semitones / 12))
+
+
+def warp_envelope(audio: np.ndarray, sample_rate: int, factor: float) -> np.ndarray:
+    """(S,) -> (S,) with each frame's spectral envelope stretched along frequency by ``factor`` (a resonance at f
+    moves to f x ``factor``), the fine structure (harmonics: the pitch) and the phases kept.
+
+    Per STFT frame (~46 ms, hop 1/4): the log-magnitude envelope is the cepstrum liftered below 2 ms (under any
+    pitch period up to 500 Hz), E(f); the frame is multiplied by exp(E(f / factor) - E(f)) and resynthesised by
+    overlap-add."""
+    if factor == 1.0:
+        return audio
+    n_fft = 1 << int(round(np.log2(0.046 * sample_rate)))
+    hop = n_fft // 4
+    x = np.asarray(audio, dtype=np.float64)
+    _, _, z = stft(x, nperseg=n_fft, noverlap=n_fft - hop, window="hann", boundary="even", padded=True)
+    log_mag = np.log(np.abs(z) + 1e-8)  # (F, frames)
+    cepstrum = np.fft.irfft(log_mag, n=n_fft, axis=0)  # (n_fft, frames)
+    cut = max(2, int(0.002 * sample_rate))
+    cepstrum[cut:n_fft - cut + 1] = 0.0
+    envelope = np.fft.rfft(cepstrum, axis=0).real  # (F, frames) log envelope
+    bins = np.arange(envelope.shape[0], dtype=np.float64)
+    source = np.clip(bins / factor, 0, bins[-1])
+    warped = np.stack([np.interp(source, bins, envelope[:, j]) for j in range(envelope.shape[1])], axis=1)
+    _, y = istft(z * np.exp(warped - envelope), nperseg=n_fft, noverlap=n_fft - hop, window="hann",
+                 boundary=True)
+    out = np.zeros(len(x), dtype=np.float32)
+    n = min(len(out), len(y))
+    out[:n] = y[:n]
+    peak = float(np.max(np.abs(out))) if out.size else 0.0
+    return out * np.float32(PEAK / peak) if peak > PEAK else out
+
+
+def _sox(audio: np.ndarray, sample_rate: int, effects: list[str]) -> np.ndarray:
+    """(S,) through sox ``effects`` -> (S,): trimmed or zero-padded to the input's length."""
+    with tempfile.TemporaryDirectory(prefix="duet-sox-") as tmp:
         src, dst = Path(tmp) / "in.wav", Path(tmp) / "out.wav"
         sf.write(str(src), audio, sample_rate, subtype="FLOAT")
-        err = run_tool(["sox", str(src), str(dst), "pitch", f"{100 * semitones:.0f}"], timeout=60)
+        err = run_tool(["sox", str(src), str(dst), *effects], timeout=60)
         if err:
             raise DuetError(err)
         shifted, _ = sf.read(str(dst), dtype="float32")

@@ -3,7 +3,9 @@ each phone's timing.
 
 A VITS runner of our own over the wheel's ONNX graph, configured only by the model's `.onnx.json` (phoneme id
 map, sample rate, default scales); the `piper` program is not used. One speaker is the voice at a speaking rate
-(`length_scale`, > 1 is slower) and a noise setting; the seed makes each text's audio reproducible.
+(`length_scale`, > 1 is slower) and a noise setting, optionally with its timbre moved after synthesis (formant
+scale and pitch: `duet.data.voice_effects.timbre_shift`, which makes another speaker of the one voice and keeps the
+timing); the seed makes each text's audio reproducible.
 
 Input. The text's IPA from `duet.text.phonemes.phonemize` (espeak-ng `en-us`, punctuation kept between pieces), so
 training code recomputes the exact string the voice read from the text alone. Ids as piper-phonemize lays them
@@ -52,6 +54,7 @@ from duet.data.timing import (
     text_words,
     word_times,
 )
+from duet.data.voice_effects import timbre_shift
 from duet.errors import MissingDependency
 from duet.text.phonemes import phonemize_many
 
@@ -252,12 +255,16 @@ class PiperSpeaker:
     noise_scale: float | None = None  # None: the model's default (0.667 for joe)
     noise_w: float | None = None  # duration noise; None: the model's default (0.8 for joe)
     seed: int = 0
+    formant: float = 1.0  # spectral envelope scale after synthesis (> 1: a shorter vocal tract), length kept
+    semitones: float = 0.0  # pitch shift after synthesis, with the formant scale (`timbre_shift`)
     language: str = "en"
     source: str = "piper"
 
     def check(self) -> None:
         _require_packages()
         require_binary("espeak-ng", "espeak-ng")
+        if self.formant != 1.0 or self.semitones:
+            require_binary("sox", "sox")
 
     def render(self, items: Sequence[RenderItem]) -> list[str | None]:
         voice = load_voice()
@@ -287,5 +294,6 @@ class PiperSpeaker:
         problems = check_timing(timing, duration)
         if problems:
             return f"bad timing: {item.id}: {problems[0]}"
-        return write_timed_audio(item.out, result.audio, result.sample_rate, timing)
+        audio = timbre_shift(result.audio, result.sample_rate, self.formant, self.semitones)  # length kept
+        return write_timed_audio(item.out, audio, result.sample_rate, timing)
 

@@ -64,6 +64,7 @@ SOURCES = {
     "joe": {"piper"},
     "large": {"piper", "festival", "flite", "espeak", "asterisk", "pocketsphinx"},
     "expressive": {"piper", "festival", "flite", "espeak"},
+    "voices": {"piper", "festival", "flite", "espeak"},
 }
 
 

@@ -2,7 +2,8 @@
 the timbre shift that makes another speaker of a voice (formants and pitch).
 
 Every effect keeps the number of samples, so a timing sidecar written for the audio stays valid. Pitch goes
-through sox ``pitch`` (as the Festival variants already do: WSOLA, length kept, formants move a little). Whisper
+through sox ``pitch`` (as the Festival variants already do: WSOLA, then resampling; length kept, formants
+move with the pitch). Whisper
 is a linear-prediction vocoder: each 25 ms frame's spectral envelope (LPC of order 2 + kHz, on pre-emphasised
 audio) filters white noise instead of the voice's own excitation, scaled to the frame's energy and overlap-added
 with a Hann window; the words keep their formants and timing and lose their pitch. Tilt is a first-order shelf,
@@ -72,9 +73,10 @@ def warp_envelope(audio: np.ndarray, sample_rate: int, factor: float) -> np.ndar
     cut = max(2, int(0.002 * sample_rate))
     cepstrum[cut:n_fft - cut + 1] = 0.0
     envelope = np.fft.rfft(cepstrum, axis=0).real  # (F, frames) log envelope
-    bins = np.arange(envelope.shape[0], dtype=np.float64)
-    source = np.clip(bins / factor, 0, bins[-1])
-    warped = np.stack([np.interp(source, bins, envelope[:, j]) for j in range(envelope.shape[1])], axis=1)
+    source = np.clip(np.arange(envelope.shape[0]) / factor, 0, envelope.shape[0] - 1)  # (F,) bin read for each bin
+    lower = np.minimum(source.astype(int), envelope.shape[0] - 2)
+    weight = (source - lower)[:, None]
+    warped = (1 - weight) * envelope[lower] + weight * envelope[lower + 1]  # (F, frames) linear interpolation
     _, y = istft(z * np.exp(warped - envelope), nperseg=n_fft, noverlap=n_fft - hop, window="hann",
                  boundary=True)
     out = np.zeros(len(x), dtype=np.float32)

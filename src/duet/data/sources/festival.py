@@ -7,7 +7,7 @@ understands best, DESIGN §C), `kal_diphone` (festvox-kallpc16k, US male, 16 kHz
 Rate: diphone voices honour Festival's `Duration_Stretch`; the HTS voice ignores it (measured: identical
 output), so for HTS the rate goes to the HTS engine's `-r` speed option instead. Pitch: the HTS engine's `-fm`
 and all-pass `-a` options are ignored by Festival's wrapper (identical output), so pitch is shifted afterwards
-with sox `pitch`, which also moves the formants a little and so makes the variant sound like another speaker.
+with sox `pitch`, which moves the formants with the pitch and so makes the variant sound like another speaker.
 
 Timing. In the same Festival process each utterance's Segment relation (name, end time) and its tokens with their
 words' start and end times are written to a file next to the raw wave, and become the timing sidecar

@@ -18,7 +18,7 @@ from duet.gepard.heads import FrameLogits
 from duet.gepard.model import GepardModel, collate
 from duet.gepard.trajectory import GepardTrajectories, trajectory_logprob
 from duet.train.dpo_data import DPOData, DPODataConfig, read_pairs
-from duet.train.gepard_pairs import PairStore
+from duet.train.gepard_pairs import SIDES, PairStore
 from duet.train.objectives.gepard_dpo import DPOBatch, GepardDPO, dpo_loss
 
 LEVELS = tuple(FSQConfig().channel_levels)  # 32 channels of 8, 7, 6, 6
@@ -162,7 +162,7 @@ def test_pairs_are_selected_and_weighted_by_their_quality_margin(tmp_path):
     assert [r["shard"] for r in reopened.records] == ["codes/00000.safetensors"] * 2 + ["codes/00001.safetensors"] * 2
     cfg = DPODataConfig(margin_floor=0.1)
     pairs, dropped = read_pairs(reopened, cfg)
-    assert [p.id for p in pairs] == ["a", "b", "d"] and dropped == {"worse_chosen": 1}
+    assert [p.id for p in pairs] == ["a", "b", "d"] and dropped == {"worse_chosen": 1, "worse_wer": 0}
     margins = {"a": 0.5, "b": 0.0, "d": 1.0}  # WER capped at 1
     mean = sum(m + 0.1 for m in margins.values()) / 3
     for p in pairs:
@@ -181,6 +181,29 @@ def test_pairs_are_selected_and_weighted_by_their_quality_margin(tmp_path):
         PairStore(tmp_path, {"test": 2})
     with pytest.raises(DuetError, match="no pair"):
         read_pairs(reopened, DPODataConfig(min_margin=2.0))
+
+
+def test_a_guided_side_that_lost_words_for_its_voice_can_be_left_out(tmp_path):
+    store = PairStore(tmp_path, {"test": 1})
+    fsq = GroupFSQ(FSQConfig())
+    # (chosen WER, SIM), (rejected WER, SIM): a better on both; b gains 0.2 SIM for 0.1 WER (margin +0.1); c ties
+    sides = {"a": ((0.0, 0.8), (0.2, 0.7)), "b": ((0.1, 0.9), (0.0, 0.7)), "c": ((0.0, 0.7), (0.0, 0.7))}
+    records, tensors = [], {}
+    for i, (uid, ((wc, sc), (wr, sr))) in enumerate(sides.items()):
+        records.append({"id": uid, "text": "x", "language": "en", "prompt_wav": None, "text_ids": [1, 4, 2, 3],
+                        "seed": i, "chosen": _side(wc, 3, sim=sc), "rejected": _side(wr, 3, sim=sr)})
+        for side in SIDES:
+            tensors[f"{uid}/{side}"] = fsq.fold(_random_codes(1, 3, i))[0].to(torch.int16)
+    store.append(records, tensors)
+    pairs, dropped = read_pairs(store, DPODataConfig())
+    assert [p.id for p in pairs] == ["a", "b", "c"] and dropped == {"worse_chosen": 0, "worse_wer": 0}
+    assert pairs[1].margin == pytest.approx(0.1)
+    pairs, dropped = read_pairs(store, DPODataConfig(max_wer_loss=0.0))  # WER first, then SIM
+    assert [p.id for p in pairs] == ["a", "c"] and dropped == {"worse_chosen": 0, "worse_wer": 1}
+    pairs, _ = read_pairs(store, DPODataConfig(max_wer_loss=0.1))  # a loss of 0.1 is allowed
+    assert [p.id for p in pairs] == ["a", "b", "c"]
+    with pytest.raises(DuetError, match="max_wer_loss"):
+        DPODataConfig(max_wer_loss=-0.1)
 
 
 def test_a_torn_last_line_is_dropped_on_reopening(tmp_path):

@@ -138,11 +138,12 @@ def test_gepard_dpo_command_line_trains_resumes_and_exports_a_stock_model(tiny, 
     texts.write_text("\n".join(TEXTS) + "\n")
     run = tmp_path / "run"
     argv = ["gepard-dpo", "--init-from", str(tiny), "--texts", str(texts), "--out", str(run), "--steps", "3",
-            "--lr", "1e-2", "--rank", "2", "--val-pairs", "1", "--val-every", "2", "--quiet"]
+            "--lr", "1e-2", "--rank", "2", "--val-pairs", "1", "--val-every", "2", "--max-wer-loss", "0", "--quiet"]
     assert gepard_post.main(argv) == 0
     assert "step 3 (end)" in capsys.readouterr().out
     cfg = read_run_config(run, gepard_post.GepardDPOConfig)
     assert cfg.lora.rank == 2 and cfg.loop.max_steps == 3 and cfg.data.val_pairs == 1 and cfg.loop.val_every == 2
+    assert cfg.data.max_wer_loss == 0.0
     assert cfg.pairs.temperature == 0.6 and cfg.pairs.top_k == 20  # no sampling in the model's config: speak's
     assert len(scorers[0].calls) == 2 * len(TEXTS)
     lines = (run / "pairs" / "pairs.jsonl").read_text().splitlines()

@@ -436,6 +436,9 @@ def add_train_gepard_post_parser(subparsers: argparse._SubParsersAction) -> None
     p.add_argument("--asr-model", default=None, help="CTranslate2 Whisper directory (default: bundled tiny.en)")
     p.add_argument("--rank", type=int, default=None, help="LoRA rank (default 16; alpha = 2 x rank)")
     p.add_argument("--beta", type=float, default=None, help="DPO beta (default 0.1)")
+    p.add_argument("--max-wer-loss", type=float, default=None, metavar="X",
+                   help="leave out pairs whose guided side's WER is more than X above the other's (default 1: none; "
+                        "0 when cloning: no pair that trades words for voice)")
     p.add_argument("--val-pairs", type=int, default=None, help="pairs held out for validation (default 0)")
     p.add_argument("--val-every", type=int, default=None, help="steps between validations (default: 50 with "
                                                                "--val-pairs)")
@@ -487,6 +490,8 @@ def dpo_config_from_args(args: argparse.Namespace) -> GepardDPOConfig:
         cfg = replace(cfg, lora=replace(cfg.lora, rank=args.rank, alpha=2.0 * args.rank))
     if args.beta is not None:
         cfg = replace(cfg, dpo=replace(cfg.dpo, beta=args.beta))
+    if args.max_wer_loss is not None:
+        cfg = replace(cfg, data=replace(cfg.data, max_wer_loss=args.max_wer_loss))
     if args.val_pairs is not None:
         cfg = replace(cfg, data=replace(cfg.data, val_pairs=args.val_pairs),
                       loop=replace(cfg.loop, val_every=max(cfg.loop.checkpoint_every // 2, 1) if args.val_pairs else 0))

@@ -5,6 +5,9 @@ past the end of our copy). Per pair the quality margin is m = q(chosen) - q(reje
 ``duet.train.quality.Quality.value`` (1 - min(WER, 1), + sim_weight x SIM when cloning):
 - a pair with m < ``min_margin`` is left out: there the guided decoding did worse, and preferring it would teach
   the model that guidance's failures (default 0: ties stay, CFG is what is being distilled);
+- a pair whose chosen side's WER is above the rejected side's by more than ``max_wer_loss`` is left out too
+  (default 1: no such rule): when cloning, a guided side that gained SIM but lost words would otherwise teach the
+  single pass to trade words for voice; 0 orders WER first, then SIM (as Luna's GRPO reward does);
 - a kept pair weighs w = (m + ``margin_floor``) / mean over kept pairs of (m + ``margin_floor``): proportional to
   how much better CFG was, never zero for a tie, and 1 on average, so the loss keeps DPO's scale whatever the WER
   range of the model.
@@ -46,6 +49,7 @@ class DPODataConfig:
     bucket_width: int = 16
     min_margin: float = 0.0  # pairs whose chosen side scored worse than this margin are left out
     margin_floor: float = 0.1  # weight of a tie, before normalisation
+    max_wer_loss: float = 1.0  # pairs whose chosen side's WER is higher than this above the rejected's are left out
     sim_weight: float = 1.0  # SIM's part in an utterance's quality (cloning)
     val_pairs: int = 0  # held out for validation
     seed: int = 0
@@ -53,8 +57,8 @@ class DPODataConfig:
     def __post_init__(self) -> None:
         if self.batch_frames < 2 or self.max_pairs < 1 or self.bucket_width < 1:
             raise DuetError("batch_frames must be at least 2, max_pairs and bucket_width at least 1")
-        if self.margin_floor <= 0 or self.val_pairs < 0:
-            raise DuetError("margin_floor must be positive and val_pairs >= 0")
+        if self.margin_floor <= 0 or self.val_pairs < 0 or self.max_wer_loss < 0:
+            raise DuetError("margin_floor must be positive, val_pairs and max_wer_loss >= 0")
 
 
 @dataclass(frozen=True)
@@ -89,11 +93,15 @@ def read_pairs(store: PairStore, cfg: DPODataConfig) -> tuple[list[Pair], dict[s
     """The store's pairs that train (selection and weights: module docstring) and the counts left out."""
     fsq = GroupFSQ(FSQConfig())
     kept: list[Pair] = []
-    dropped = {"worse_chosen": 0}
+    dropped = {"worse_chosen": 0, "worse_wer": 0}
     for r in store.records:
-        margin = quality(r["chosen"]).value(cfg.sim_weight) - quality(r["rejected"]).value(cfg.sim_weight)
+        chosen, rejected = quality(r["chosen"]), quality(r["rejected"])
+        margin = chosen.value(cfg.sim_weight) - rejected.value(cfg.sim_weight)
         if margin < cfg.min_margin:
             dropped["worse_chosen"] += 1
+            continue
+        if min(chosen.wer, 1.0) - min(rejected.wer, 1.0) > cfg.max_wer_loss:
+            dropped["worse_wer"] += 1
             continue
         codes = tuple(fsq.unfold(store.tensor(r, s).long()[None])[0] for s in SIDES)  # (C, T) each
         kept.append(Pair(r["id"], tuple(r["text_ids"]), codes,  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ class MissingDependency(DuetError):
 
     def __init__(self, what: str, install_hint: str):
         super().__init__(f"{what} is not installed: {install_hint}")
+        self.what, self.install_hint = what, install_hint
 
 
 class InvalidRequest(DuetError):

@@ -111,7 +111,7 @@ def test_missing_espeak_is_one_line(tmp_path, monkeypatch):
     from duet.data.sources import espeak_library
 
     monkeypatch.setattr(espeak_library, "SONAME", "libespeak-ng-missing.so.0")
-    espeak_library.library.cache_clear()  # a library loaded by an earlier test is loaded again by the next one
+    espeak_library.close_library()  # a reader started by an earlier test: the next one loads the library again
     with pytest.raises(MissingDependency) as err:
         build_corpus(_preset(SpeakerQuota(espeak("en-us"), 2)), tmp_path / "c", workers=1, progress=False)
     assert "\n" not in str(err.value) and "apt-get install espeak-ng" in str(err.value)

@@ -8,24 +8,35 @@ IPA, a PHONEME event (the phoneme's IPA, or an empty name for a pause) at the sa
 A phoneme ends where the next phoneme (or the END of the text) starts. These times are the synthesiser's own, so a
 sidecar built from them is exact at the word boundaries, like Flite's and Piper's.
 
-The library keeps global state, so one process holds one :class:`EspeakLibrary` (:func:`library`). Its wave
-generator also carries state from one text to the next (the same text read after another comes out a little
-different), so each text is read in a forked child of a process whose library has read nothing and selected no voice:
-every reading is the program's (a fresh process per text), and a build is repeatable.
+The library keeps global state, and its wave generator carries state from one text to the next (the same text read
+after another comes out a little different); what it reads also depends on the memory of the process it runs in (a
+library forked from a long-lived process, such as a test session that had run Piper and the speaker encoder, read a
+text differently from the program). So the library runs in a reader process of its own (:class:`EspeakReader`,
+one per process that asks: :func:`library`): a fresh interpreter that loads and initialises the library and then
+only forks, one child per text, each child reading on that untouched state and leaving its reply in a file. Every
+reading is then the program's (a fresh process per text), whatever the asking process did before, and a build is
+repeatable.
+
+    asking process --JSON line--> reader process --fork--> child: select, read -> reply file
+                   <--JSON line--   (exit status, file)
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from duet.errors import MissingDependency
+from duet.errors import DuetError, MissingDependency
 
 SONAME = "libespeak-ng.so.1"
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -70,9 +81,11 @@ class Synthesis:
 
 
 class EspeakLibrary:
-    def __init__(self) -> None:
+    """libespeak-ng in this process, through ctypes: what the reader process's children run."""
+
+    def __init__(self, soname: str = SONAME) -> None:
         try:
-            self._lib = ctypes.CDLL(SONAME)
+            self._lib = ctypes.CDLL(soname)
         except OSError as err:
             raise MissingDependency("libespeak-ng", "apt-get install espeak-ng") from err
         self.sample_rate = self._lib.espeak_Initialize(
@@ -128,25 +141,6 @@ class EspeakLibrary:
         resolved = file + plus + variant
         return resolved if self._lib.espeak_SetVoiceByName(resolved.encode()) == 0 else None
 
-    def has_voice(self, voice: str) -> bool:
-        """Whether the library can select ``voice`` as the program's `-v` takes it. The library takes a voice file
-        (``gmw/en+m4``) or voice name with a variant; a language name (``en-gb``) it only selects through its
-        properties, which drop the variant (the program speaks ``en-gb+m4`` as plain ``en-gb``), so a language is
-        mapped to its voice file first."""
-        if voice not in self._known:
-            self._known[voice] = _in_child(lambda: (self._select(voice) or "").encode()) != b""
-        return self._known[voice]
-
-    def synthesize(self, text: str, voice: str, pitch: int = 50, rate: int = 175) -> Synthesis:
-        """``voice`` as the program's `-v` takes it (``en-us+f3``); ``pitch`` 0-99 and ``rate`` in words per minute
-        as its `-p` and `-s`."""
-        if not self.has_voice(voice):
-            raise MissingDependency(f"espeak-ng voice {voice}", "apt-get install espeak-ng-data")
-        header, _, samples = _in_child(lambda: self._read(text, voice, rate, pitch)).partition(b"\n")
-        reply = json.loads(header)
-        audio = np.frombuffer(samples, dtype="<i2").astype(np.float32) / 32768.0
-        return Synthesis(audio, self.sample_rate, *_timeline([tuple(e) for e in reply["events"]], len(audio)))
-
     def _read(self, text: str, voice: str, rate: int, pitch: int) -> bytes:
         """Synthesise in this process: a JSON line {"events": [...]} and then the int16 samples."""
         if self._select(voice) is None:
@@ -164,30 +158,109 @@ class EspeakLibrary:
         return json.dumps({"events": self._events}).encode() + b"\n" + samples.astype("<i2").tobytes()
 
 
-def _in_child(work: Callable[[], bytes]) -> bytes:
-    """``work()`` run in a forked child, its bytes sent back through a pipe; RuntimeError if it failed or died.
-    The child exits without running the parent's clean-up."""
-    read_end, write_end = os.pipe()
+def _in_child(work: Callable[[], bytes], reply: Path) -> int:
+    """``work()`` run in a forked child, its bytes (or its error's text) written to ``reply``; the child's exit
+    status: 0 done, 1 failed, anything else died. The child exits without running the parent's clean-up, and the
+    parent allocates nothing for the reply, so every child forks from the same state."""
     pid = os.fork()
     if pid == 0:
-        os.close(read_end)
         try:
-            reply, code = work(), 0
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            reply, code = f"{type(exc).__name__}: {exc}".encode(), 1
-        with os.fdopen(write_end, "wb") as f:
-            f.write(reply)
+            data, code = work(), 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the asking process
+            data, code = f"{type(exc).__name__}: {exc}".encode(), 1
+        with open(reply, "wb") as f:
+            f.write(data)
         os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        reply = f.read()
     _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code == 1:
-        raise RuntimeError(reply.decode("utf-8", "replace"))
-    if code != 0:
-        raise RuntimeError(f"espeak-ng died (exit {code})")
-    return reply
+    return os.waitstatus_to_exitcode(status)
+
+
+def serve(soname: str, folder: str) -> None:
+    """The reader process (``python -m duet.data.sources.espeak_library SONAME FOLDER``): initialise the library,
+    say so in one JSON line ({"sample_rate": N} or {"missing": message}), then for each request line on stdin
+    ({"op": "select", "voice"} or {"op": "read", "text", "voice", "rate", "pitch"}) fork a child that answers into
+    a file of ``folder`` and reply with one line {"code": exit status, "path": that file}."""
+    out = sys.stdout
+    try:
+        lib = EspeakLibrary(soname)
+    except MissingDependency as err:
+        out.write(json.dumps({"missing": [err.what, err.install_hint]}) + "\n")
+        out.flush()
+        return
+    out.write(json.dumps({"sample_rate": lib.sample_rate}) + "\n")
+    out.flush()
+    try:
+        for n, line in enumerate(sys.stdin):  # until the asking process closes the pipe (or exits)
+            request = json.loads(line)
+            path = Path(folder) / f"{n}.reply"
+            if request["op"] == "select":
+                code = _in_child(lambda: (lib._select(request["voice"]) or "").encode(), path)
+            else:
+                code = _in_child(lambda: lib._read(request["text"], request["voice"], request["rate"],
+                                                   request["pitch"]), path)
+            out.write(json.dumps({"code": code, "path": str(path)}) + "\n")
+            out.flush()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # an asking process that exits at once cleans up nothing
+
+
+class EspeakReader:
+    """The asking side: a reader process of this process's own (module docstring), started here."""
+
+    def __init__(self) -> None:
+        self._folder = tempfile.mkdtemp(prefix="duet-espeak-")  # the reader removes it when it stops
+        self._proc = subprocess.Popen([sys.executable, "-m", "duet.data.sources.espeak_library", SONAME,
+                                       self._folder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hello = json.loads(self._proc.stdout.readline() or "{}")
+        if "sample_rate" not in hello:
+            self.close()
+            if "missing" in hello:
+                raise MissingDependency(*hello["missing"])
+            raise DuetError(f"the espeak-ng reader did not start (exit {self._proc.poll()})")
+        self.sample_rate: int = hello["sample_rate"]
+        self._known: dict[str, bool] = {}  # voice -> whether it can be selected
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            self._proc.wait()
+
+    def _ask(self, **request) -> bytes:
+        """One request's reply bytes; RuntimeError if its child failed or died."""
+        self._proc.stdin.write(json.dumps(request) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the espeak-ng reader stopped (exit {self._proc.poll()})")
+        answer = json.loads(line)
+        path = Path(answer["path"])
+        data = path.read_bytes() if path.is_file() else b""
+        path.unlink(missing_ok=True)
+        if answer["code"] == 1:
+            raise RuntimeError(data.decode("utf-8", "replace"))
+        if answer["code"] != 0:
+            raise RuntimeError(f"espeak-ng died (exit {answer['code']})")
+        return data
+
+    def has_voice(self, voice: str) -> bool:
+        """Whether the library can select ``voice`` as the program's `-v` takes it. The library takes a voice file
+        (``gmw/en+m4``) or voice name with a variant; a language name (``en-gb``) it only selects through its
+        properties, which drop the variant (the program speaks ``en-gb+m4`` as plain ``en-gb``), so a language is
+        mapped to its voice file first (:meth:`EspeakLibrary._select`)."""
+        if voice not in self._known:
+            self._known[voice] = self._ask(op="select", voice=voice) != b""
+        return self._known[voice]
+
+    def synthesize(self, text: str, voice: str, pitch: int = 50, rate: int = 175) -> Synthesis:
+        """``voice`` as the program's `-v` takes it (``en-us+f3``); ``pitch`` 0-99 and ``rate`` in words per minute
+        as its `-p` and `-s`."""
+        if not self.has_voice(voice):
+            raise MissingDependency(f"espeak-ng voice {voice}", "apt-get install espeak-ng-data")
+        reply = self._ask(op="read", text=text, voice=voice, rate=int(rate), pitch=int(pitch))
+        header, _, samples = reply.partition(b"\n")
+        events = json.loads(header)["events"]
+        audio = np.frombuffer(samples, dtype="<i2").astype(np.float32) / 32768.0
+        return Synthesis(audio, self.sample_rate, *_timeline([tuple(e) for e in events], len(audio)))
 
 
 def _timeline(events, n_samples: int):
@@ -213,7 +286,23 @@ def _timeline(events, n_samples: int):
     return phonemes, tuple(tuple(w) for w in words)
 
 
-@functools.cache
-def library() -> EspeakLibrary:
-    """This process's espeak-ng library (loaded once: the library keeps global state)."""
-    return EspeakLibrary()
+_readers: dict[int, EspeakReader] = {}  # process id -> its reader (a forked worker starts its own)
+
+
+def library() -> EspeakReader:
+    """This process's espeak-ng reader (started on first use)."""
+    pid = os.getpid()
+    if pid not in _readers:
+        _readers[pid] = EspeakReader()
+    return _readers[pid]
+
+
+def close_library() -> None:
+    """Stop this process's reader; the next :func:`library` starts a new one (and loads the library again)."""
+    reader = _readers.pop(os.getpid(), None)
+    if reader is not None:
+        reader.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2])

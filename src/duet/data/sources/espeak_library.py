@@ -177,19 +177,19 @@ def _in_child(work: Callable[[], bytes], reply: Path) -> int:
 
 def serve(soname: str, folder: str) -> None:
     """The reader process (``python -m duet.data.sources.espeak_library SONAME FOLDER``): initialise the library,
-    say so in one JSON line ({"sample_rate": N} or {"missing": message}), then for each request line on stdin
+    say so in one JSON line ({"sample_rate": N} or {"missing": [what, install hint]}), then for each request line on stdin
     ({"op": "select", "voice"} or {"op": "read", "text", "voice", "rate", "pitch"}) fork a child that answers into
     a file of ``folder`` and reply with one line {"code": exit status, "path": that file}."""
     out = sys.stdout
     try:
-        lib = EspeakLibrary(soname)
-    except MissingDependency as err:
-        out.write(json.dumps({"missing": [err.what, err.install_hint]}) + "\n")
+        try:
+            lib = EspeakLibrary(soname)
+        except MissingDependency as err:
+            out.write(json.dumps({"missing": [err.what, err.install_hint]}) + "\n")
+            out.flush()
+            return
+        out.write(json.dumps({"sample_rate": lib.sample_rate}) + "\n")
         out.flush()
-        return
-    out.write(json.dumps({"sample_rate": lib.sample_rate}) + "\n")
-    out.flush()
-    try:
         for n, line in enumerate(sys.stdin):  # until the asking process closes the pipe (or exits)
             request = json.loads(line)
             path = Path(folder) / f"{n}.reply"

@@ -93,7 +93,6 @@ class EspeakLibrary:
         if self.sample_rate <= 0:
             raise MissingDependency("espeak-ng data", "apt-get install espeak-ng-data")
         self._files: dict[str, str] | None = None
-        self._known: dict[str, bool] = {}  # voice -> whether it can be selected
         self._chunks: list[np.ndarray] = []
         self._events: list[tuple[int, int, int, str]] = []  # (type, text position, sample, phoneme name)
         self._callback = _Callback(self._receive)  # kept alive as long as the library may call it

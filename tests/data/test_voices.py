@@ -120,6 +120,14 @@ def voice():
     return load_voice()
 
 
+def _centroid_hz(x: np.ndarray, sr: int) -> float:
+    """The power spectrum's centre of mass up to 4 kHz: where the formants sit, on average."""
+    power = np.abs(np.fft.rfft(x)) ** 2
+    freqs = np.fft.rfftfreq(len(x), 1 / sr)
+    keep = freqs < 4000
+    return float(np.sum(freqs[keep] * power[keep]) / np.sum(power[keep]))
+
+
 def _render(speaker, tmp_path, text=PHRASE, name="a"):
     item = RenderItem(name, text, str(tmp_path / f"{name}.wav"))
     assert speaker.render([item]) == [None]
@@ -267,6 +275,19 @@ def test_flite_rate_and_diphone_voice(tmp_path):
         FliteSpeaker("flite-x", "no_such_voice").check()
 
 
+@needs_flite
+def test_flite_timbre_keeps_the_reading_and_its_timing(tmp_path):
+    from duet.data.sources.flite import FliteSpeaker
+    from duet.data.voice_effects import timbre_shift
+
+    plain, sr, timing = _render(FliteSpeaker("flite-awb", "awb"), tmp_path, name="plain")
+    shifted, _, shifted_timing = _render(FliteSpeaker("flite-awb-t0.9", "awb", formant=0.9), tmp_path,
+                                         name="shifted")
+    assert shifted.shape == plain.shape and shifted_timing == timing  # the same reading, another vocal tract
+    assert np.corrcoef(shifted, timbre_shift(plain, sr, 0.9))[0, 1] > 0.99  # as the effect makes it (16-bit files)
+    assert _centroid_hz(shifted, sr) < 0.96 * _centroid_hz(plain, sr)  # the formants moved down
+
+
 def test_ipa_from_words_lays_each_words_characters_over_its_time():
     flite = Timing("pau hh ax l ow pau dh eh r pau", (), (("Hello", 0.2, 0.5), ("there", 0.6, 0.9)), "flite")
     ipa = "həlˈoʊ ðˈɛɹ."
@@ -327,6 +348,24 @@ def test_festival_writes_timing(tmp_path, voice_name, rate, semitones):
     assert timing.alphabet == "festival" and check_timing(timing, duration) == []
     assert [w for w, _, _ in timing.words] == text_words(text)
     assert abs(timing.phones[-1][2] - duration) < 0.05  # the HTS engine's -r shows in the segment times
+
+
+@pytest.mark.skipif(shutil.which("festival") is None or shutil.which("sox") is None,
+                    reason="needs festival, its voice festvox-kallpc16k and sox")
+def test_festival_pitch_moves_the_formants_unless_a_formant_scale_is_set(tmp_path):
+    from duet.data.sources.festival import FestivalSpeaker
+    from duet.data.voice_effects import pitch_shift, timbre_shift
+
+    plain, sr, timing = _render(FestivalSpeaker("festival-kal", "kal_diphone"), tmp_path, name="plain")
+    pitched, _, pitched_timing = _render(FestivalSpeaker("festival-kal-p+3", "kal_diphone", semitones=3), tmp_path,
+                                         name="pitched")
+    timbre, _, timbre_timing = _render(FestivalSpeaker("festival-kal-p+3-t0.9", "kal_diphone", semitones=3,
+                                                       formant=0.9), tmp_path, name="timbre")
+    assert pitched.shape == timbre.shape == plain.shape and pitched_timing == timbre_timing == timing
+    # sox pitch alone (formants with the pitch), or the envelope then warped so the formants end at x 0.9
+    assert np.corrcoef(pitched, pitch_shift(plain, sr, 3))[0, 1] > 0.99
+    assert np.corrcoef(timbre, timbre_shift(plain, sr, 0.9, 3))[0, 1] > 0.99
+    assert np.corrcoef(timbre, pitched)[0, 1] < 0.9
 
 
 # --- espeak-ng (its library) ---------------------------------------------------------------------------------------

@@ -44,11 +44,13 @@ ASTERISK_FR = AsteriskPrompts(
 _FESTIVAL_SHORT = {"cmu_us_slt_arctic_hts": "slt", "kal_diphone": "kal", "ked_diphone": "ked"}
 
 
-def festival(voice: str, rate: float = 1.0, semitones: float = 0.0) -> FestivalSpeaker:
+def festival(voice: str, rate: float = 1.0, semitones: float = 0.0, formant: float | None = None) -> FestivalSpeaker:
     name = f"festival-{_FESTIVAL_SHORT.get(voice, voice)}"
     if rate != 1.0 or semitones:
         name += f"-p{semitones:+g}-r{rate:g}"
-    return FestivalSpeaker(name, voice, rate=rate, semitones=semitones)
+    if formant is not None:
+        name += f"-t{formant:g}"
+    return FestivalSpeaker(name, voice, rate=rate, semitones=semitones, formant=formant)
 
 
 def espeak(voice: str, variant: str = "", pitch: int = 50, rate: int = 175, language: str = "en") -> EspeakSpeaker:
@@ -185,8 +187,10 @@ def joe() -> CorpusPreset:
     )
 
 
-def flite(voice: str, rate: float = 1.0) -> FliteSpeaker:
-    return FliteSpeaker(f"flite-{voice}" + (f"-r{rate:g}" if rate != 1.0 else ""), voice, rate=rate)
+def flite(voice: str, rate: float = 1.0, pitch: float | None = None, formant: float = 1.0) -> FliteSpeaker:
+    name = f"flite-{voice}" + (f"-f{pitch:g}" if pitch is not None else "") + (f"-r{rate:g}" if rate != 1.0 else "")
+    name += f"-t{formant:g}" if formant != 1.0 else ""
+    return FliteSpeaker(name, voice, rate=rate, pitch=pitch, formant=formant)
 
 
 def large() -> CorpusPreset:
@@ -235,6 +239,19 @@ def large() -> CorpusPreset:
 _PIPER_TIMBRES = (
     (1.0, 0.86, -5), (1.1, 0.9, -3), (0.95, 0.93, 2), (1.0, 0.96, -2), (1.05, 1.05, 3), (0.9, 1.08, 5),
     (1.0, 1.12, 7), (1.1, 1.15, 10), (0.95, 1.18, 12), (1.0, 1.22, 9),
+    (1.05, 0.83, -8), (0.95, 0.89, 0), (1.0, 1.0, -4), (1.05, 1.1, 1),
+)
+# Flite and Festival timbres for `voices`, the same vocal-tract move for the engines' own voices, so a voice of an
+# engine that training never heard (Flite rms, Festival ked) has neighbours of its engine: Flite (voice, f0 Hz,
+# rate, formant scale) and Festival (voice, rate, semitones, formant scale where the formants end)
+_FLITE_TIMBRES = (
+    ("awb", 100, 1.0, 0.92), ("awb", 110, 0.95, 0.97), ("awb", 150, 1.05, 1.08), ("awb", 185, 1.0, 1.16),
+    ("slt", 105, 1.0, 0.8), ("slt", 125, 1.05, 0.86), ("slt", 150, 0.95, 0.93), ("slt", 230, 1.0, 1.08),
+)
+_FESTIVAL_TIMBRES = (
+    ("kal_diphone", 1.0, -2, 0.9), ("kal_diphone", 1.05, 3, 1.1), ("kal_diphone", 0.95, 6, 1.2),
+    ("cmu_us_slt_arctic_hts", 1.0, -6, 0.84), ("cmu_us_slt_arctic_hts", 1.1, -3, 0.9),
+    ("cmu_us_slt_arctic_hts", 0.95, 2, 1.08),
 )
 # espeak-ng English speakers for `voices`: accents x variants x pitch; none of the held-out ones' variants (f3, m4)
 _VOICES_ESPEAK_EN = tuple(
@@ -260,9 +277,10 @@ def voices() -> CorpusPreset:
     """Many timed English voices for voice cloning, about 12 h: a cloning prefix trained on a few voices picks
     among them; describing a new one takes many. Every speaker writes phone and word timing (aligned text input):
 
-    - Piper joe (as in `joe`, a share of it) and ten timbres of it (formant scale and pitch after synthesis, with a
-      speaking rate each: `_PIPER_TIMBRES`), the natural-sounding speakers;
-    - Festival slt and kal with four rate/pitch variants, Flite awb and slt with pitch and rate variants;
+    - Piper joe (as in `joe`, a share of it) and fourteen timbres of it (formant scale and pitch after synthesis,
+      with a speaking rate each: `_PIPER_TIMBRES`), the natural-sounding speakers;
+    - Festival slt and kal with four rate/pitch variants and six timbres (`_FESTIVAL_TIMBRES`), Flite awb and slt
+      with four pitch and rate variants and eight timbres (`_FLITE_TIMBRES`);
     - 40 espeak-ng English voices over seven accents (`_VOICES_ESPEAK_EN`), timed through its library;
     - 40 sentences each of the held-out voices `VOICES_HELD_OUT`, for evaluation on unseen speakers.
 
@@ -273,16 +291,18 @@ def voices() -> CorpusPreset:
                 espeak("en-gb", "m4", pitch=40, rate=165))
     voices = (
         SpeakerQuota(piper(), sentences=1500, short=200, everyday=100),
-        *(SpeakerQuota(piper(*t), sentences=300, short=40) for t in _PIPER_TIMBRES),
+        *(SpeakerQuota(piper(*t), sentences=300, short=40) for t in _PIPER_TIMBRES[:10]),
+        *(SpeakerQuota(piper(*t), sentences=250, short=30) for t in _PIPER_TIMBRES[10:]),
         SpeakerQuota(festival(slt), sentences=600, short=100),
         SpeakerQuota(festival(kal), sentences=500, short=100),
         *(SpeakerQuota(festival(v, r, p), sentences=150, short=20)
           for v, r, p in ((slt, 0.9, -3), (slt, 1.1, 4), (kal, 1.1, 3), (kal, 0.95, -3))),
         SpeakerQuota(flite("awb"), sentences=500, short=80),
         SpeakerQuota(flite("slt"), sentences=500, short=80),
-        *(SpeakerQuota(FliteSpeaker(f"flite-{v}-f{f0}" + (f"-r{r:g}" if r != 1.0 else ""), v, rate=r, pitch=f0),
-                       sentences=200, short=30)
+        *(SpeakerQuota(flite(v, r, pitch=f0), sentences=200, short=30)
           for v, f0, r in (("awb", 80, 1.0), ("awb", 140, 1.1), ("slt", 140, 0.95), ("slt", 220, 1.0))),
+        *(SpeakerQuota(flite(v, r, pitch=f0, formant=f), sentences=200, short=30) for v, f0, r, f in _FLITE_TIMBRES),
+        *(SpeakerQuota(festival(v, r, p, formant=f), sentences=200, short=30) for v, r, p, f in _FESTIVAL_TIMBRES),
         *(SpeakerQuota(espeak(v, var, p, r), sentences=100, short=20) for v, var, p, r in _VOICES_ESPEAK_EN),
         *(SpeakerQuota(v, sentences=40) for v in held_out),
     )

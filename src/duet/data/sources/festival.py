@@ -7,7 +7,9 @@ understands best, DESIGN §C), `kal_diphone` (festvox-kallpc16k, US male, 16 kHz
 Rate: diphone voices honour Festival's `Duration_Stretch`; the HTS voice ignores it (measured: identical
 output), so for HTS the rate goes to the HTS engine's `-r` speed option instead. Pitch: the HTS engine's `-fm`
 and all-pass `-a` options are ignored by Festival's wrapper (identical output), so pitch is shifted afterwards
-with sox `pitch`, which moves the formants with the pitch and so makes the variant sound like another speaker.
+with sox `pitch`, which moves the formants with the pitch and so makes the variant sound like another speaker;
+a `formant` scale sets where the formants end instead (`duet.data.voice_effects.timbre_shift`: the envelope warped
+after the pitch shift), so the pitch and the vocal tract move apart.
 
 Timing. In the same Festival process each utterance's Segment relation (name, end time) and its tokens with their
 words' start and end times are written to a file next to the raw wave, and become the timing sidecar
@@ -17,8 +19,8 @@ three dollars fifty), so each text word takes its token's span (matched by `alig
 Checked against the audio (the segments' ends vs. the wave's length, and which shift of the segments puts most
 energy in speech segments and least in pauses): slt at rates 1 and 1.3 (the HTS engine's `-r` is written back into
 the segment times: 4.04 s of audio, last segment end 4.04 s) and kal/ked at their Duration_Stretch all fit within
-15 ms; the diphone waves run ~30 ms past the last segment (trailing silence). sox `pitch` keeps the length, so
-shifted variants keep their timing. A sidecar whose segments do not fit its audio is not written.
+15 ms; the diphone waves run ~30 ms past the last segment (trailing silence). sox `pitch` and the envelope warp keep the
+length, so shifted variants keep their timing. A sidecar whose segments do not fit its audio is not written.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import soundfile as sf
 
 from duet.data.sources.base import RenderItem, require_binary, run_tool, write_timed_audio
 from duet.data.timing import Timing, align_words, check_timing, text_words, word_times
-from duet.errors import MissingDependency
+from duet.data.voice_effects import timbre_shift
+from duet.errors import DuetError, MissingDependency
 
 VOICE_ROOT = Path("/usr/share/festival/voices")
 VOICE_PACKAGES = {
@@ -111,6 +114,7 @@ class FestivalSpeaker:
     voice: str  # Festival voice without the `voice_` prefix
     rate: float = 1.0  # speaking-rate factor, > 1 is faster
     semitones: float = 0.0  # pitch shift applied with sox after synthesis
+    formant: float | None = None  # final spectral envelope scale (`timbre_shift`); None: with the pitch, as sox moves it
     language: str = "en"
     source: str = "festival"
 
@@ -122,6 +126,11 @@ class FestivalSpeaker:
             raise MissingDependency(f"Festival voice {self.voice}", hint)
         if self.semitones:
             require_binary("sox", "sox")
+
+    @property
+    def formant_scale(self) -> float:
+        """Where the formants end, as a factor: sox ``pitch`` alone scales them with the pitch."""
+        return 2 ** (self.semitones / 12) if self.formant is None else self.formant
 
     def _setup(self) -> list[str]:
         lines = [f"(voice_{self.voice})"]
@@ -156,23 +165,21 @@ class FestivalSpeaker:
                     single = tmp / f"single{i}"
                     single.mkdir()
                     path = self._synthesise([item], single)[0]
-                errors.append(self._finish(item, path, tmp))
+                errors.append(self._finish(item, path))
         return errors
 
-    def _finish(self, item: RenderItem, path: Path, tmp: Path) -> str | None:
+    def _finish(self, item: RenderItem, path: Path) -> str | None:
         if not path.is_file():
             return f"festival produced no audio: {item.id}"
         seg = path.with_suffix(".seg")
-        if self.semitones:
-            shifted = tmp / f"{path.stem}.pitch.wav"
-            err = run_tool(["sox", str(path), str(shifted), "pitch", f"{100 * self.semitones:.0f}"], timeout=60)
-            if err:
-                return err
-            path = shifted
         try:
             audio, sr = sf.read(str(path), dtype="float32")
         except Exception as err:  # soundfile raises several types
             return f"unreadable festival output: {item.id}: {err}"
+        try:
+            audio = timbre_shift(audio, sr, self.formant_scale, self.semitones)  # length kept
+        except DuetError as err:
+            return f"{err}: {item.id}"
         try:
             timing = festival_timing(item.text, *read_festival_timing(seg), len(audio) / sr) if seg.is_file() else None
         except ValueError:  # a line Festival wrote that is not what duet_timing prints: no sidecar, audio kept

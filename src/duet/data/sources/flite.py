@@ -8,7 +8,8 @@ or ~100x (kal16), so items are rendered one process each; the text goes in as a 
 is ever parsed as an option.
 
 Rate: `--setf duration_stretch=1/rate`. Pitch: `--setf int_f0_target_mean=<Hz>` (measured with pYIN on awb:
-median f0 122 Hz by default, 79 Hz at 90, 130 Hz at 140).
+median f0 122 Hz by default, 79 Hz at 90, 130 Hz at 140); the formants stay. Timbre: `formant` scales the
+spectral envelope after synthesis (`duet.data.voice_effects.timbre_shift`), a longer or shorter vocal tract.
 
 Timing. `-psdur` prints each segment with its end time, one line per utterance (times restart at 0 on each line;
 a text with several sentences is several utterances, their audio concatenated). For the clustergen voices the
@@ -34,6 +35,7 @@ import soundfile as sf
 
 from duet.data.sources.base import RenderItem, require_binary, write_timed_audio
 from duet.data.timing import Timing, align_words, check_timing, text_words, word_times
+from duet.data.voice_effects import timbre_shift
 from duet.errors import MissingDependency
 
 TIMED_VOICES = frozenset({"awb", "rms", "slt"})  # clustergen: the audio follows the segment times
@@ -104,6 +106,7 @@ class FliteSpeaker:
     voice: str  # awb | rms | slt | kal16 | kal
     rate: float = 1.0  # speaking-rate factor, > 1 is faster (duration_stretch = 1 / rate)
     pitch: float | None = None  # target mean f0 in Hz (int_f0_target_mean); None: the voice's own
+    formant: float = 1.0  # spectral envelope scale after synthesis (> 1: a shorter vocal tract), length kept
     language: str = "en"
     source: str = "flite"
 
@@ -144,6 +147,7 @@ class FliteSpeaker:
             audio, sr = sf.read(str(raw), dtype="float32")
         except Exception as err:  # soundfile raises several types
             return f"unreadable flite output: {item.id}: {err}"
+        audio = timbre_shift(audio, sr, self.formant)  # length kept: the segment times still hold
         timing = self._timing(item.text, utterances, pronunciations, len(audio) / sr) if self.timed else None
         return write_timed_audio(item.out, audio, sr, timing)
 

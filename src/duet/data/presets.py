@@ -1,7 +1,7 @@
 """Named corpus presets: `tiny` (tests; under a minute on 2 cores), `base` (~10 h; the first shipped models'
 corpus, kept as it was), `joe` (12+ h of the neural Piper voice alone, for single-voice demo models), `large`
 (25+ h of English over many voices, `joe`'s Piper audio included, plus the other languages as in `base`), `voices`
-(~13.6 h of 65 timed English voices for voice cloning, four of them for unseen-voice evaluation) and `expressive`
+(~18 h of 83 timed English voices for voice cloning, four of them for unseen-voice evaluation) and `expressive`
 (`joe` plus styled readings with inline non-verbal events, `duet.data.expressive`).
 
 `joe` and `large` read ten times `base`'s distinct text: the fortunes, the templates and four books
@@ -284,8 +284,8 @@ def voices() -> CorpusPreset:
     - 40 espeak-ng English voices over seven accents (`_VOICES_ESPEAK_EN`), timed through its library;
     - 40 sentences each of the held-out voices `VOICES_HELD_OUT`, for evaluation on unseen speakers.
 
-    English only, read from the large pool; splits are by text, as in `large`. 13,980 utterances, 13.6 h, built
-    in 19 minutes on 2 cores (Piper is most of it)."""
+    English only, read from the large pool; splits are by text, as in `large`. 18,320 utterances, 18.1 h, built
+    in 23 minutes on 2 cores (Piper is most of it)."""
     slt, kal = "cmu_us_slt_arctic_hts", "kal_diphone"
     held_out = (flite("rms"), festival("ked_diphone"), espeak("en-us", "f3", pitch=60, rate=165),
                 espeak("en-gb", "m4", pitch=40, rate=165))

@@ -274,7 +274,7 @@ VOICES_HELD_OUT = ("flite-rms", "festival-ked", "espeak-en-us-f3-p60-s165", "esp
 
 
 def voices() -> CorpusPreset:
-    """Many timed English voices for voice cloning, about 12 h: a cloning prefix trained on a few voices picks
+    """Many timed English voices for voice cloning, about 18 h: a cloning prefix trained on a few voices picks
     among them; describing a new one takes many. Every speaker writes phone and word timing (aligned text input):
 
     - Piper joe (as in `joe`, a share of it) and fourteen timbres of it (formant scale and pitch after synthesis,

@@ -196,6 +196,31 @@ def test_bf16_autocast_trains(tmp_path):
     assert bf16[1] != fp32[1] and bf16[1] == pytest.approx(fp32[1], rel=0.02)  # autocast on, same loss to bf16
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from /proc (torchrun starts its workers in new sessions, out of its group)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_tree(pid: int) -> None:
+    for p in [pid, *_descendants(pid)]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_ddp_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     steps = 3
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)]), "OMP_NUM_THREADS": "1"}
@@ -212,7 +237,7 @@ def test_ddp_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_
             _, stderr = proc.communicate(timeout=90)
             break
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
+            _kill_tree(proc.pid)  # torchrun and its workers (each in a session of its own, holding the pipes)
             proc.communicate()
     else:
         pytest.fail("torchrun did not finish in 3 launches of 90 s")

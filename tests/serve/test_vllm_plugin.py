@@ -49,6 +49,7 @@ from duet.text.bpe import BPEConfig, save_bpe, train_bpe
 from duet.text.prompts import gepard_prompt
 from duet.tts.gepard import GepardRuntime
 from duet.tts.sampling import SamplingParams
+from process_testing import child_pids
 
 VLLM_PYTHON = os.environ.get("DUET_VLLM_PYTHON", "")
 pytestmark = pytest.mark.skipif(not (VLLM_PYTHON and os.access(VLLM_PYTHON, os.X_OK)),
@@ -347,20 +348,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
-
-
-def child_pids(pid: int) -> list[int]:
-    """Direct children of ``pid`` (Linux /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
-    return out
 
 
 def test_vllm_is_imported_only_when_a_model_is_loaded():

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -25,6 +24,7 @@ from duet.train.loop import FixedBatches, LoopConfig, build_optimizer, train
 from duet.train.metrics import read_metrics
 from duet.train.objectives.gepard import GepardPretrain
 from duet.train.schedule import warmup_cosine
+from process_testing import kill_tree
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -196,31 +196,6 @@ def test_bf16_autocast_trains(tmp_path):
     assert bf16[1] != fp32[1] and bf16[1] == pytest.approx(fp32[1], rel=0.02)  # autocast on, same loss to bf16
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, from /proc (torchrun starts its workers in new sessions, out of its group)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended while we looked
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _kill_tree(pid: int) -> None:
-    for p in [pid, *_descendants(pid)]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def test_ddp_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     steps = 3
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)]), "OMP_NUM_THREADS": "1"}
@@ -237,7 +212,7 @@ def test_ddp_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_
             _, stderr = proc.communicate(timeout=90)
             break
         except subprocess.TimeoutExpired:
-            _kill_tree(proc.pid)  # torchrun and its workers (each in a session of its own, holding the pipes)
+            kill_tree(proc.pid)  # torchrun and its workers (each in a session of its own, holding the pipes)
             proc.communicate()
     else:
         pytest.fail("torchrun did not finish in 3 launches of 90 s")

@@ -1,7 +1,7 @@
 """Named corpus presets: `tiny` (tests; under a minute on 2 cores), `base` (~10 h; the first shipped models'
 corpus, kept as it was), `joe` (12+ h of the neural Piper voice alone, for single-voice demo models), `large`
 (25+ h of English over many voices, `joe`'s Piper audio included, plus the other languages as in `base`), `voices`
-(~23 h of 113 timed English voices for voice cloning, four of them for unseen-voice evaluation) and `expressive`
+(~18 h of 83 timed English voices for voice cloning, four of them for unseen-voice evaluation) and `expressive`
 (`joe` plus styled readings with inline non-verbal events, `duet.data.expressive`).
 
 `joe` and `large` read ten times `base`'s distinct text: the fortunes, the templates and four books
@@ -286,7 +286,7 @@ VOICES_HELD_OUT = ("flite-rms", "festival-ked", "espeak-en-us-f3-p60-s165", "esp
 
 
 def voices() -> CorpusPreset:
-    """Many timed English voices for voice cloning, about 23 h: a cloning prefix trained on a few voices picks
+    """Many timed English voices for voice cloning, about 18 h: a cloning prefix trained on a few voices picks
     among them; describing a new one takes many. Every speaker writes phone and word timing (aligned text input):
 
     - Piper joe (as in `joe`, a share of it) and 24 timbres of it (formant scale and pitch after synthesis, with a
@@ -297,8 +297,8 @@ def voices() -> CorpusPreset:
     - 40 espeak-ng English voices over seven accents (`_VOICES_ESPEAK_EN`), timed through its library;
     - 40 sentences each of the held-out voices `VOICES_HELD_OUT`, for evaluation on unseen speakers.
 
-    English only, read from the large pool; splits are by text, as in `large`. 23,420 utterances, 23.5 h, built
-    in 34 minutes on 2 cores (Piper and Festival's timbres are most of it)."""
+    English only, read from the large pool; splits are by text, as in `large`. 18,320 utterances, 18.1 h, built
+    in 23 minutes on 2 cores (Piper is most of it)."""
     slt, kal = "cmu_us_slt_arctic_hts", "kal_diphone"
     held_out = (flite("rms"), festival("ked_diphone"), espeak("en-us", "f3", pitch=60, rate=165),
                 espeak("en-gb", "m4", pitch=40, rate=165))

@@ -240,9 +240,6 @@ _PIPER_TIMBRES = (
     (1.0, 0.86, -5), (1.1, 0.9, -3), (0.95, 0.93, 2), (1.0, 0.96, -2), (1.05, 1.05, 3), (0.9, 1.08, 5),
     (1.0, 1.12, 7), (1.1, 1.15, 10), (0.95, 1.18, 12), (1.0, 1.22, 9),
     (1.05, 0.83, -8), (0.95, 0.89, 0), (1.0, 1.0, -4), (1.05, 1.1, 1),
-    # a second, thinner layer between and beyond the first: more speakers, fewer sentences each
-    (1.0, 0.8, -10), (0.95, 0.85, -2), (1.05, 0.92, -6), (1.0, 0.94, 5), (1.0, 0.98, 3), (0.95, 1.02, -1),
-    (1.1, 1.06, 6), (1.0, 1.14, 3), (0.9, 1.2, 14), (1.05, 1.26, 11),
 )
 # Flite and Festival timbres for `voices`, the same vocal-tract move for the engines' own voices, so a voice of an
 # engine that training never heard (Flite rms, Festival ked) has neighbours of its engine: Flite (voice, f0 Hz,
@@ -250,21 +247,12 @@ _PIPER_TIMBRES = (
 _FLITE_TIMBRES = (
     ("awb", 100, 1.0, 0.92), ("awb", 110, 0.95, 0.97), ("awb", 150, 1.05, 1.08), ("awb", 185, 1.0, 1.16),
     ("slt", 105, 1.0, 0.8), ("slt", 125, 1.05, 0.86), ("slt", 150, 0.95, 0.93), ("slt", 230, 1.0, 1.08),
-    # the second layer: male-sounding slt (a US reader with a lowered tract, like rms) and more awb around it
-    ("slt", 95, 1.0, 0.76), ("slt", 115, 0.95, 0.83), ("slt", 135, 1.0, 0.9), ("slt", 170, 1.05, 0.97),
-    ("slt", 200, 0.95, 1.02), ("slt", 260, 1.0, 1.14), ("awb", 90, 0.95, 0.86), ("awb", 95, 1.05, 0.98),
-    ("awb", 120, 1.0, 1.03), ("awb", 130, 0.95, 0.9), ("awb", 165, 1.0, 1.12), ("awb", 205, 1.05, 1.22),
 )
 _FESTIVAL_TIMBRES = (
     ("kal_diphone", 1.0, -2, 0.9), ("kal_diphone", 1.05, 3, 1.1), ("kal_diphone", 0.95, 6, 1.2),
     ("cmu_us_slt_arctic_hts", 1.0, -6, 0.84), ("cmu_us_slt_arctic_hts", 1.1, -3, 0.9),
     ("cmu_us_slt_arctic_hts", 0.95, 2, 1.08),
-    # the second layer: US male diphone timbres around kal (ked's kind) and two more of slt
-    ("kal_diphone", 1.0, -4, 0.86), ("kal_diphone", 0.95, 0, 0.95), ("kal_diphone", 1.05, 1, 1.04),
-    ("kal_diphone", 1.1, 4, 0.98), ("kal_diphone", 1.0, -1, 1.14), ("cmu_us_slt_arctic_hts", 1.0, -8, 0.8),
-    ("cmu_us_slt_arctic_hts", 0.95, -4, 0.96), ("cmu_us_slt_arctic_hts", 1.05, 0, 1.12),
 )
-_FIRST_LAYER = {"piper": 14, "flite": 8, "festival": 6}  # timbres of each table before its second layer
 # espeak-ng English speakers for `voices`: accents x variants x pitch; none of the held-out ones' variants (f3, m4)
 _VOICES_ESPEAK_EN = tuple(
     (voice, variant, pitch, rate)
@@ -289,11 +277,10 @@ def voices() -> CorpusPreset:
     """Many timed English voices for voice cloning, about 18 h: a cloning prefix trained on a few voices picks
     among them; describing a new one takes many. Every speaker writes phone and word timing (aligned text input):
 
-    - Piper joe (as in `joe`, a share of it) and 24 timbres of it (formant scale and pitch after synthesis, with a
-      speaking rate each: `_PIPER_TIMBRES`), the natural-sounding speakers;
-    - Festival slt and kal with four rate/pitch variants and 14 timbres (`_FESTIVAL_TIMBRES`), Flite awb and slt
-      with four pitch and rate variants and 20 timbres (`_FLITE_TIMBRES`); each table's second layer reads fewer
-      sentences a speaker, so the voices fill the timbre space more densely for about the same hours;
+    - Piper joe (as in `joe`, a share of it) and fourteen timbres of it (formant scale and pitch after synthesis,
+      with a speaking rate each: `_PIPER_TIMBRES`), the natural-sounding speakers;
+    - Festival slt and kal with four rate/pitch variants and six timbres (`_FESTIVAL_TIMBRES`), Flite awb and slt
+      with four pitch and rate variants and eight timbres (`_FLITE_TIMBRES`);
     - 40 espeak-ng English voices over seven accents (`_VOICES_ESPEAK_EN`), timed through its library;
     - 40 sentences each of the held-out voices `VOICES_HELD_OUT`, for evaluation on unseen speakers.
 
@@ -305,8 +292,7 @@ def voices() -> CorpusPreset:
     voices = (
         SpeakerQuota(piper(), sentences=1500, short=200, everyday=100),
         *(SpeakerQuota(piper(*t), sentences=300, short=40) for t in _PIPER_TIMBRES[:10]),
-        *(SpeakerQuota(piper(*t), sentences=250, short=30) for t in _PIPER_TIMBRES[10:_FIRST_LAYER["piper"]]),
-        *(SpeakerQuota(piper(*t), sentences=150, short=20) for t in _PIPER_TIMBRES[_FIRST_LAYER["piper"]:]),
+        *(SpeakerQuota(piper(*t), sentences=250, short=30) for t in _PIPER_TIMBRES[10:]),
         SpeakerQuota(festival(slt), sentences=600, short=100),
         SpeakerQuota(festival(kal), sentences=500, short=100),
         *(SpeakerQuota(festival(v, r, p), sentences=150, short=20)
@@ -315,12 +301,8 @@ def voices() -> CorpusPreset:
         SpeakerQuota(flite("slt"), sentences=500, short=80),
         *(SpeakerQuota(flite(v, r, pitch=f0), sentences=200, short=30)
           for v, f0, r in (("awb", 80, 1.0), ("awb", 140, 1.1), ("slt", 140, 0.95), ("slt", 220, 1.0))),
-        *(SpeakerQuota(flite(v, r, pitch=f0, formant=f), sentences=200 if i < _FIRST_LAYER["flite"] else 150,
-                       short=30 if i < _FIRST_LAYER["flite"] else 20)
-          for i, (v, f0, r, f) in enumerate(_FLITE_TIMBRES)),
-        *(SpeakerQuota(festival(v, r, p, formant=f), sentences=200 if i < _FIRST_LAYER["festival"] else 150,
-                       short=30 if i < _FIRST_LAYER["festival"] else 20)
-          for i, (v, r, p, f) in enumerate(_FESTIVAL_TIMBRES)),
+        *(SpeakerQuota(flite(v, r, pitch=f0, formant=f), sentences=200, short=30) for v, f0, r, f in _FLITE_TIMBRES),
+        *(SpeakerQuota(festival(v, r, p, formant=f), sentences=200, short=30) for v, r, p, f in _FESTIVAL_TIMBRES),
         *(SpeakerQuota(espeak(v, var, p, r), sentences=100, short=20) for v, var, p, r in _VOICES_ESPEAK_EN),
         *(SpeakerQuota(v, sentences=40) for v in held_out),
     )

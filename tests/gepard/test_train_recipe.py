@@ -248,6 +248,10 @@ def test_warm_start_may_add_the_voice_compressor_and_text_dropout():
     assert warm_startable(cloning, cloning)
     assert not warm_startable(cloning, base)  # a trained compressor is never dropped silently
     assert not warm_startable(base, replace(cloning, audio_embed_dim=4))
+    # the compressor's training knobs are not its network: a cloning export continues under others
+    retuned = replace(cloning, voice=replace(cloning.voice, lr_multiplier=1.0, supcon_weight=0.0))
+    assert warm_startable(cloning, retuned)
+    assert not warm_startable(cloning, replace(cloning, voice=replace(cloning.voice, num_queries=4)))
 
 
 def test_init_from_a_single_voice_export_adds_a_fresh_voice_compressor(corpus, tmp_path):

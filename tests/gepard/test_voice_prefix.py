@@ -221,6 +221,23 @@ def test_loss_adds_div_and_supcon_over_the_rows_that_have_a_reference():
     assert model.qformer.queries.grad is not None and torch.isfinite(model.qformer.queries.grad).all()
 
 
+def test_supcon_weight_scales_only_the_supcon_term():
+    """The same batch and dropout draw under weights 1 and 0.25: the losses differ by 0.75 L_supcon, nothing else."""
+    config = voice_micro()
+    model = build(config).train()
+    batch = voice_batch(config, [[5, 6], [7], [8, 9, 10], [11]], [3, 4, 5, 2], [5, 6, 4, 7], [0, 0, 1, 1],
+                        [False] * 4)
+    torch.manual_seed(0)
+    full = model(batch)
+    model.qformer.config = replace(model.qformer.config, supcon_weight=0.25)
+    torch.manual_seed(0)
+    scaled = model(batch)
+    assert full["supcon"].item() > 0 and scaled["supcon"].item() == pytest.approx(full["supcon"].item())
+    torch.testing.assert_close(full["loss"] - scaled["loss"], 0.75 * full["supcon"])
+    with pytest.raises(ValueError, match="supcon_weight"):
+        replace(model.qformer.config, supcon_weight=-1.0)
+
+
 def test_a_batch_without_references_reads_null_prefix_and_logs_zero_terms():
     config = voice_micro()
     model = build(config).train()

@@ -25,8 +25,8 @@ rule reads: after feeding frame t, stop if p_stop crosses the threshold (the nex
 
 Loss (§2.5): L = sum_k CE_k + w_stop * BCE(stop, pos_weight = 25), w_stop = 2; each CE_k is a mean over its
 valid labels, and a head whose labels are all -100 contributes ``logits * 0`` (zero, finite, still in the graph)
-instead of mean-CE's 0/0 = NaN. With the voice compressor, + L_div + L_supcon on its ``q_normed`` (unweighted,
-§2.5; logged as ``div`` and ``supcon``).
+instead of mean-CE's 0/0 = NaN. With the voice compressor, + L_div + L_supcon on its ``q_normed`` (§2.5:
+unweighted; ``QFormerConfig.supcon_weight`` can scale L_supcon; logged as ``div`` and ``supcon``).
 
 Parameter names: ``model.*`` (a stock ``Qwen3Model``, exactly as in ``Qwen3ForCausalLM``; see
 ``duet.nn.backbone``), ``audio_interface.*``, ``heads.*``, ``qformer.*`` (the voice compressor, when configured).
@@ -372,7 +372,7 @@ class GepardModel(nn.Module):
         out = gepard_loss(logits, code_labels, stop_labels, self.config)
         if self.qformer is not None:
             terms = self._voice_terms(batch, voice)
-            out = {**out, "loss": out["loss"] + terms["div"] + terms["supcon"],
+            out = {**out, "loss": out["loss"] + terms["div"] + self.qformer.config.supcon_weight * terms["supcon"],
                    "div": terms["div"].detach(), "supcon": terms["supcon"].detach()}
         if self.is_aligned:
             assert self.config.aligned is not None and batch.durations is not None

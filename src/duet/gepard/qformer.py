@@ -69,6 +69,7 @@ class QFormerConfig:
     channel_levels: tuple[int, ...] = field(default_factory=lambda: FSQConfig().channel_levels)  # L_k, k = 0..31
     cfg_dropout_prob: float = 0.15  # §2.6.2
     lr_multiplier: float = 0.1  # §2.6.1: compressor and null_prefix train at 0.1x
+    supcon_weight: float = 1.0  # L_supcon's weight in the loss (§2.5 adds it unweighted; 0 leaves it out)
     max_reference_frames: int = 1024  # 47.6 s at 21.5 frames/s, past the report's longest clip (40 s = 860 frames)
     rms_norm_eps: float = 1e-6  # as the backbone's RMSNorm
 
@@ -82,6 +83,8 @@ class QFormerConfig:
             raise ValueError(f"every channel needs at least 2 levels, got {self.channel_levels}")
         if not 0.0 <= self.cfg_dropout_prob < 1.0:
             raise ValueError(f"cfg_dropout_prob must lie in [0, 1), got {self.cfg_dropout_prob}")
+        if self.supcon_weight < 0.0:
+            raise ValueError(f"supcon_weight must not be negative, got {self.supcon_weight}")
 
     @property
     def num_channels(self) -> int:

@@ -79,7 +79,11 @@ def recipe(name: str, shards: str = "", manifest: str = "") -> GepardTrainConfig
 
 def warm_startable(shipped: GepardConfig, run: GepardConfig) -> bool:
     """Whether a run of ``run`` can start from a shipped model of ``shipped``: the same network, except that the run
-    may add the voice compressor (its ``qformer.*`` weights start fresh) and train another text-dropout rate."""
+    may add the voice compressor (its ``qformer.*`` weights start fresh), train another text-dropout rate, and train
+    the compressor at another learning rate or L_supcon weight."""
+    if shipped.voice is not None and run.voice is not None:
+        shipped = replace(shipped, voice=replace(shipped.voice, lr_multiplier=run.voice.lr_multiplier,
+                                                 supcon_weight=run.voice.supcon_weight))
     if shipped.voice is not None and shipped.voice != run.voice:
         return False
     return replace(shipped, voice=run.voice, text_dropout_prob=run.text_dropout_prob) == run
@@ -170,6 +174,9 @@ def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--voice-lr-multiplier", type=float, default=None, metavar="X",
                    help="the compressor's and null prefix's learning rate as a multiple of --lr (default 0.1, the "
                         "report's; a compressor added to a trained model may need 1)")
+    p.add_argument("--supcon-weight", type=float, default=None, metavar="W",
+                   help="L_supcon's weight with --voice-prefix (default 1, the report's; 0 trains the compressor by "
+                        "the decoder's loss and L_div alone)")
     p.add_argument("--max-reference-frames", type=int, default=None, metavar="N",
                    help="longest reference window in training with --voice-prefix (default: the compressor's, 1024)")
 
@@ -200,6 +207,14 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
             raise DuetError("--voice-lr-multiplier needs the voice compressor (--voice-prefix)")
         cfg = replace(cfg, model=replace(cfg.model, voice=replace(cfg.model.voice,
                                                                   lr_multiplier=args.voice_lr_multiplier)))
+    if args.supcon_weight is not None:
+        if cfg.model.voice is None:
+            raise DuetError("--supcon-weight needs the voice compressor (--voice-prefix)")
+        try:
+            voice = replace(cfg.model.voice, supcon_weight=args.supcon_weight)
+        except ValueError as err:
+            raise DuetError(f"--supcon-weight: {err}") from err
+        cfg = replace(cfg, model=replace(cfg.model, voice=voice))
     if args.max_reference_frames is not None:
         cfg = replace(cfg, data=replace(cfg.data, max_reference_frames=args.max_reference_frames))
     return cfg

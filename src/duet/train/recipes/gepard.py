@@ -81,11 +81,12 @@ def warm_startable(shipped: GepardConfig, run: GepardConfig) -> bool:
     """Whether a run of ``run`` can start from a shipped model of ``shipped``: the same network, except that the run
     may add the voice compressor (its ``qformer.*`` weights start fresh), train another text-dropout rate, and train
     the compressor at another learning rate or L_supcon weight."""
-    if shipped.voice is not None and run.voice is not None:
-        shipped = replace(shipped, voice=replace(shipped.voice, lr_multiplier=run.voice.lr_multiplier,
-                                                 supcon_weight=run.voice.supcon_weight))
-    if shipped.voice is not None and shipped.voice != run.voice:
-        return False
+    if shipped.voice is not None:
+        if run.voice is None:
+            return False  # a trained compressor is never dropped silently
+        knobs = {"lr_multiplier": run.voice.lr_multiplier, "supcon_weight": run.voice.supcon_weight}
+        if replace(shipped.voice, **knobs) != run.voice:
+            return False
     return replace(shipped, voice=run.voice, text_dropout_prob=run.text_dropout_prob) == run
 
 

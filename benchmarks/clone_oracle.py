@@ -16,7 +16,6 @@ ones that chose it. Training voices are the manifest's speakers outside ``--hold
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import sys
@@ -37,17 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="directory for the oracle set")
     args = p.parse_args(argv)
 
+    from duet.data.manifest import audio_path, read_manifest
     from duet.eval.speaker import SpeakerEncoder
     from duet.eval.testset import read_meta, write_meta
 
     set_dir, manifest, out = Path(args.set), Path(args.manifest), Path(args.out)
     held = {s for s in args.hold_out_speakers.split(",") if s}
     recordings: dict[str, list[tuple[Path, str]]] = defaultdict(list)  # training voice -> (wav, text)
-    with open(manifest, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            if row["speaker"] and row["speaker"] not in held and row["split"] == "train" and 3.0 <= row["duration"] <= 8.0:
-                recordings[row["speaker"]].append(((manifest.parent / row["path"]).resolve(), row["text"]))
+    for utt in read_manifest(manifest):
+        if utt.speaker and utt.speaker not in held and utt.split == "train" and 3.0 <= utt.duration <= 8.0:
+            recordings[utt.speaker].append((audio_path(manifest, utt), utt.text))
     rng = random.Random(args.seed)
     drawn = {v: rng.sample(sorted(r), args.select + 1) for v, r in sorted(recordings.items()) if len(r) > args.select}
     if not drawn:
@@ -55,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     encoder = SpeakerEncoder()
-    choosers = {v: np.stack([encoder.embed_path(wav) for wav, _ in r[: args.select]]) for v, r in drawn.items()}
-    names = list(choosers)
-    centroids = np.stack([choosers[v].mean(axis=0) for v in names])  # (V, E): mean cosine = prompt . mean (unit rows)
+    names = list(drawn)
+    # (V, E): the mean of a voice's unit embeddings, so prompt . centroid is the mean cosine to its choosers
+    centroids = np.stack([np.mean([encoder.embed_path(wav) for wav, _ in drawn[v][: args.select]], axis=0)
+                          for v in names])
     test_set = read_meta(set_dir / "meta.lst")
     items, nearest = [], defaultdict(list)
     for item in test_set.items:

@@ -204,21 +204,24 @@ def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
     if args.voice_prefix and cfg.model.voice is None:
         cfg = replace(cfg, model=with_voice_prefix(cfg.model))
     if args.voice_lr_multiplier is not None:
-        if cfg.model.voice is None:
-            raise DuetError("--voice-lr-multiplier needs the voice compressor (--voice-prefix)")
-        cfg = replace(cfg, model=replace(cfg.model, voice=replace(cfg.model.voice,
-                                                                  lr_multiplier=args.voice_lr_multiplier)))
+        cfg = _with_voice_knob(cfg, "--voice-lr-multiplier", lr_multiplier=args.voice_lr_multiplier)
     if args.supcon_weight is not None:
-        if cfg.model.voice is None:
-            raise DuetError("--supcon-weight needs the voice compressor (--voice-prefix)")
-        try:
-            voice = replace(cfg.model.voice, supcon_weight=args.supcon_weight)
-        except ValueError as err:
-            raise DuetError(f"--supcon-weight: {err}") from err
-        cfg = replace(cfg, model=replace(cfg.model, voice=voice))
+        cfg = _with_voice_knob(cfg, "--supcon-weight", supcon_weight=args.supcon_weight)
     if args.max_reference_frames is not None:
         cfg = replace(cfg, data=replace(cfg.data, max_reference_frames=args.max_reference_frames))
     return cfg
+
+
+def _with_voice_knob(cfg: GepardTrainConfig, flag: str, **knob: float) -> GepardTrainConfig:
+    """``cfg`` with one field of its voice compressor's config set from ``flag``; one clear line if there is no
+    compressor or the value is refused."""
+    if cfg.model.voice is None:
+        raise DuetError(f"{flag} needs the voice compressor (--voice-prefix)")
+    try:
+        voice = replace(cfg.model.voice, **knob)
+    except ValueError as err:
+        raise DuetError(f"{flag}: {err}") from err
+    return replace(cfg, model=replace(cfg.model, voice=voice))
 
 
 def export_sampling(args: argparse.Namespace) -> dict[str, Any]:

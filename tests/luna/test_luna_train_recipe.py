@@ -62,6 +62,8 @@ def test_every_preset_has_a_recipe_that_round_trips_json(name):
     if name == "luna-tiny":  # duet's aids for the CPU model: the first codebook weighted up, heads tied to tables
         weights = cfg.diffusion.codebook_weights
         assert len(weights) == cfg.model.num_codebooks and weights[0] == max(weights) and cfg.model.tie_heads
+    elif name == "luna-tiny-fsq":  # the FSQ channel grid: every cell alike, heads tied to the small tables
+        assert cfg.diffusion.codebook_weights == () and cfg.model.tie_heads and cfg.model.fsq_levels
     else:
         assert cfg.diffusion.codebook_weights == () and not cfg.model.tie_heads
 
@@ -123,7 +125,7 @@ def test_batches_respect_the_budget_and_cover_each_epoch_once(corpus):
             assert len(b) <= DATA.max_batch_size
             assert len(b) * max(data.items[i].positions for i in b) <= DATA.batch_frames
     assert data.plan(0) == _data(corpus).plan(0) and data.plan(0) != data.plan(1)
-    with pytest.raises(DuetError, match="wants 8 of 64"):
+    with pytest.raises(DuetError, match="needs 8 of 64"):
         LunaData.from_shards(corpus[1], corpus[0], get_tokenizer(corpus[2]), DATA, model=micro_configs(k=64)[0])
 
 

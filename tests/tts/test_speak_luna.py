@@ -196,7 +196,7 @@ def test_bad_prompts_are_refused_before_any_decoding(luna_speaker, monkeypatch):
 
 
 def test_a_codec_of_another_shape_is_refused(luna_dir, gepard_dir):
-    with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
+    with pytest.raises(DuetError, match=r"grid \(4 codebooks x 64\) needs 4 of 64"):
         load_luna_runtime(luna_dir, codec=str(gepard_dir.parent / "codec"))
 
 

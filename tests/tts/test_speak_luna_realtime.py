@@ -90,7 +90,7 @@ def test_bad_input_is_a_clear_error_before_any_decoding(speaker):
 
 def test_a_codec_of_another_shape_is_refused(model_dir, tmp_path):
     write_tiny_gepard(tmp_path)  # its codec is fsq-tiny
-    with pytest.raises(DuetError, match="needs a codec of 4 codebooks x 64"):
+    with pytest.raises(DuetError, match=r"grid \(4 codebooks x 64\) needs 4 of 64"):
         load_realtime_runtime(model_dir, codec=str(tmp_path / "codec"))
 
 

@@ -4,7 +4,8 @@ text, in length-bucketed batches.
 One utterance::
 
     manifest text --normalise (English)--> tokenizer (ids + character offsets) --> [SOT, ids..., EOT]   (S = n + 2)
-    shard codes (Q=8, T) --transpose--> target grid (T, Q), codes 0..K-1 (Luna-Codec: 8 x 2048 at 25 Hz)
+    shard codes (Q_c, T) --duet.luna.grid--> target grid (T, Q): a transpose of 8 x 2048 RVQ codes (Luna-Codec),
+    or duet-fsq's 8 packed groups unfolded into 32 ordinal digits (the FSQ grid)
     characters of each token --spread_frames--> durations (S,): 0 for SOT and EOT, the rest add up to T
     or, with an alignment file (``duet data align``): the forced alignment's durations (S,), SOT and EOT included
 
@@ -35,8 +36,9 @@ Prompts are not cut here: batches hold whole utterances and the objective cuts e
 
 Batches (``duet.data.buckets``): each utterance costs S + T positions; a batch pads to B x max(S_b + T_b), kept at
 most ``batch_frames`` (and B at most ``max_batch_size``). The plan is a pure function of (seed, epoch), so the
-training loop's data position is (epoch, batch) and resuming needs no loader state. Codes stay in memory as int16
-(Q, T): 16 bytes per frame, about 14 MB for the 10-hour ``base`` corpus at 25 Hz.
+training loop's data position is (epoch, batch) and resuming needs no loader state. Grids stay in memory as int16
+(T, Q): 16 bytes per frame on the RVQ grid (about 14 MB for the 10-hour ``base`` corpus at 25 Hz), 64 on the
+FSQ grid.
 
 Shape legend: B batch, S text ids (with SOT/EOT), T frames, Q codebooks, K codes per codebook.
 """
@@ -58,6 +60,7 @@ from duet.data.utterances import SplitFacts
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBatch
 from duet.luna.config import LunaConfig
+from duet.luna.grid import check_codec, grid_from_codes
 from duet.luna.model import collate, pad_right
 from duet.text.prompts import instruction_ids, wrap_ids
 from duet.text.tokens import EMOTIONS, ServiceIds, service_ids
@@ -88,17 +91,17 @@ def expressive_rows(rows: Sequence[TokenRow], service: ServiceIds) -> list[Token
 class LunaData(SplitFacts):
     """One split's utterances with their codes in memory; ``epoch(e)`` is the loop's :class:`BatchSource`."""
 
-    def __init__(self, items: Sequence[TokenRow], codes: dict[str, torch.Tensor], tokenizer, cfg: LunaDataConfig,
-                 codebook_size: int, train: bool, frame_rate: float | None = None,
+    def __init__(self, items: Sequence[TokenRow], grids: dict[str, torch.Tensor], tokenizer, cfg: LunaDataConfig,
+                 mask_id: int, train: bool, frame_rate: float | None = None,
                  dropped: dict[str, int] | None = None):
         if not items:
             raise DuetError("no utterances left for Luna training (check the split, languages and lengths)")
         self.items = list(items)
-        self.codes = codes
+        self.grids = grids  # uid -> (T, Q) int16, the model's grid (``duet.luna.grid``)
         self.tokenizer = tokenizer
         self.service = service_ids(tokenizer)
         self.cfg = cfg
-        self.mask_id = codebook_size  # the grid's padding value (the model ignores padding either way)
+        self.mask_id = mask_id  # the grid's padding value (the model ignores padding either way)
         self.train = train
         self.frame_rate = frame_rate
         self.dropped = dropped or {}
@@ -121,10 +124,9 @@ class LunaData(SplitFacts):
         counted in ``unaligned`` (kept, with the spread; None without alignments).
         """
         shards = shards if isinstance(shards, CodeShards) else CodeShards(shards)
-        size, sizes = codebook_size(shards), tuple(shards.codebook_sizes)
-        if model is not None and sizes != (model.codebook_size,) * model.num_codebooks:
-            raise DuetError(f"codes in {shards.root} are {len(sizes)} codebooks of {sizes[0]}; the model wants "
-                            f"{model.num_codebooks} of {model.codebook_size} (train on the codec it was built for)")
+        if model is not None:
+            check_codec(model, tuple(shards.codebook_sizes), f"the codes in {shards.root}")
+        mask_id = model.mask_id if model is not None else codebook_size(shards)
         max_positions = min(cfg.batch_frames, model.backbone.max_positions if model else cfg.batch_frames)
         items, dropped, unaligned = select_rows(shards, manifest, tokenizer, cfg, split, max_positions,
                                                 timed=model is not None and model.is_aligned, limit=limit,
@@ -134,8 +136,9 @@ class LunaData(SplitFacts):
         dropped["too_long"] += len(items) - len(fits)
         items = fits
         wanted = {it.id for it in items}
-        codes = {uid: c.to(torch.int16) for uid, c in shards if uid in wanted}  # (Q, T) each
-        data = cls(items, codes, tokenizer, cfg, codebook_size=size, train=split == "train",
+        to_grid = (lambda c: c.long().T) if model is None else (lambda c: grid_from_codes(model, c))
+        grids = {uid: to_grid(c).to(torch.int16) for uid, c in shards if uid in wanted}  # (T, Q) each
+        data = cls(items, grids, tokenizer, cfg, mask_id=mask_id, train=split == "train",
                    frame_rate=shards.frame_rate, dropped=dropped)
         data.unaligned = unaligned if alignments is not None else None
         return data
@@ -148,8 +151,8 @@ class LunaData(SplitFacts):
                             self.cfg.bucket_width, rng)
 
     def grid(self, uid: str) -> torch.Tensor:
-        """(T, Q) codes of one utterance, frame-major as ``LunaInputs`` wants them."""
-        return self.codes[uid].long().T
+        """(T, Q) grid of one utterance, frame-major as ``LunaInputs`` wants it."""
+        return self.grids[uid].long()
 
     def make_batch(self, indices: Iterable[int]) -> LunaBatch:
         texts, grids, durations = [], [], []

@@ -27,6 +27,12 @@ A tiny model spends most of its gradient on the deep RVQ codebooks, which sit ne
 first (coarse) codebook carries most of what is said; weighting it up moves capacity there. The loss is then no
 longer the ELBO, so ``DiffusionLoss.bound`` keeps the unweighted value for comparing runs.
 
+MaskGIT's objective (``objective="maskgit"``, duet's option for small models): the mask ratio is t = cos(pi/2 u),
+u ~ U[0, 1) (Chang et al. 2022; more rows near fully masked, where decoding starts), and the loss is the mean CE of
+the batch's masked cells, without the 1/t weight (whose rows of small t dominate the ELBO's gradient). It trains
+the same conditional distributions, no longer weighted as the likelihood bound, which ``DiffusionLoss.bound``
+still reports.
+
 CFG. With probability 0.1 (§2.5) a row's text is dropped: its text length becomes 0, so the text positions are
 masked out of attention and the row is conditioned on the prompt (if any) alone. This "empty text" is exactly the
 null condition the decoder's unconditional rows use (``LunaModel.logits_fn``). Emotion and non-verbal tokens live in
@@ -54,6 +60,9 @@ from duet.luna.model import LunaInputs, LunaModel
 from duet.nn.masks import lengths_to_mask
 
 
+OBJECTIVES = ("elbo", "maskgit")
+
+
 @dataclass(frozen=True)
 class DiffusionConfig:
     t_min: float = 1e-3  # noise levels are drawn in (t_min, 1]; caps the 1/t weight at 1000
@@ -62,8 +71,11 @@ class DiffusionConfig:
     prompt_min_frac: float = 0.1  # prompt length as a fraction of the utterance's frames
     prompt_max_frac: float = 0.5
     codebook_weights: tuple[float, ...] = ()  # per-codebook loss weights (normalised to mean 1); () = all equal
+    objective: str = "elbo"  # "elbo" (the report's, MDLM) or "maskgit" (cosine mask ratio, mean CE of masked cells)
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise DuetError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if not 0.0 < self.t_min < 1.0:
             raise DuetError(f"t_min must lie in (0, 1), got {self.t_min}")
         for name in ("text_drop_prob", "prompt_prob"):
@@ -108,10 +120,14 @@ def _rand(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None
 
 
 def sample_noise_level(
-    batch: int, t_min: float = 1e-3, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+    batch: int, t_min: float = 1e-3, generator: torch.Generator | None = None, device: torch.device | str = "cpu",
+    objective: str = "elbo",
 ) -> torch.Tensor:
-    """t (B,) in (t_min, 1]: t = t_min + (1 - t_min) (1 - u), u ~ U[0, 1)."""
+    """t (B,) in (t_min, 1]: t = t_min + (1 - t_min) (1 - u) for the ELBO, max(t_min, cos(pi/2 u)) for MaskGIT;
+    u ~ U[0, 1)."""
     u = _rand((batch,), generator, torch.device(device))
+    if objective == "maskgit":
+        return torch.cos(0.5 * math.pi * u).clamp(min=t_min)
     return t_min + (1.0 - t_min) * (1.0 - u)
 
 
@@ -140,10 +156,12 @@ def masked_diffusion_loss(
     t: torch.Tensor,
     target_lengths: torch.Tensor,
     codebook_weights: tuple[float, ...] = (),
+    objective: str = "elbo",
 ) -> DiffusionLoss:
     """logits (B, T, Q, K), clean target (B, T, Q), masked (B, T, Q) bool, t (B,), target_lengths (B,).
 
-    ``codebook_weights`` (Q values, or () for equal) weigh each codebook's cells (see the module docstring).
+    ``codebook_weights`` (Q values, or () for equal) weigh each codebook's cells (see the module docstring);
+    ``objective`` "maskgit" trains on the mean CE of the masked cells instead of the ELBO (``bound`` keeps it).
     """
     B, T, Q, K = logits.shape
     num_cells = int(target_lengths.sum()) * Q
@@ -155,8 +173,11 @@ def masked_diffusion_loss(
     masked = masked & lengths_to_mask(target_lengths, T)[:, :, None]  # padding is never a target cell
     m = masked.to(ce.dtype)
     loss, bound = weighted_cell_loss(ce * m / t[:, None, None], num_cells, codebook_weights)
+    n = int(masked.sum())
+    if objective == "maskgit":
+        bound = loss.detach() if bound is None else bound
+        loss = weighted_cell_loss(ce * m, max(n, 1), codebook_weights)[0]
     with torch.no_grad():
-        n = int(masked.sum())
         masked_ce = (ce * m).sum() / n if n else torch.tensor(float("nan"))
         hit = (logits.argmax(-1) == target) & masked
         acc = hit.sum().float() / n if n else torch.tensor(float("nan"))
@@ -229,7 +250,8 @@ def diffusion_training_loss(
             inputs, prompt=prompt, prompt_lengths=prompt_lengths, target=target, target_lengths=target_lengths
         )
     text_lengths, _ = drop_text(inputs.text_lengths, cfg.text_drop_prob, generator)
-    t = sample_noise_level(inputs.batch_size, cfg.t_min, generator, inputs.target.device)
+    t = sample_noise_level(inputs.batch_size, cfg.t_min, generator, inputs.target.device, cfg.objective)
     noisy, masked = mask_target(inputs.target, inputs.target_lengths, t, mask_id, generator)
     logits = model(replace(inputs, text_lengths=text_lengths, target=noisy))
-    return masked_diffusion_loss(logits, inputs.target, masked, t, inputs.target_lengths, cfg.codebook_weights)
+    return masked_diffusion_loss(logits, inputs.target, masked, t, inputs.target_lengths, cfg.codebook_weights,
+                                 cfg.objective)

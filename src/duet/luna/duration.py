@@ -60,24 +60,27 @@ class DurationConfig:
         return from_dict(cls, d)
 
 
+# Shares luna-tiny's BPE vocabulary; a quarter of its depth and two thirds of its width are plenty for a per-token
+# regression (duet's choice).
+_TINY = DurationConfig(
+    backbone=BackboneConfig(
+        num_layers=4,
+        width=256,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        mlp_width=768,
+        vocab_size=TINY.vocab_size,
+        rope_theta=TINY.rope_theta,
+        max_positions=TINY.max_positions,
+    )
+)
+
 PRESETS: dict[str, Callable[[], DurationConfig]] = {
     # Report §3.2: the duration predictor is a fine-tuned Qwen3-0.6B with bidirectional attention.
     "luna-0.6b": lambda: DurationConfig(backbone=QWEN3_0_6B),
-    # Shares luna-tiny's BPE vocabulary; a quarter of its depth and two thirds of its width are plenty for a
-    # per-token regression (duet's choice).
-    "luna-tiny": lambda: DurationConfig(
-        backbone=BackboneConfig(
-            num_layers=4,
-            width=256,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=64,
-            mlp_width=768,
-            vocab_size=TINY.vocab_size,
-            rope_theta=TINY.rope_theta,
-            max_positions=TINY.max_positions,
-        )
-    ),
+    "luna-tiny": lambda: _TINY,
+    "luna-tiny-fsq": lambda: _TINY,  # the same predictor; its durations count the frames of the run's codec
 }
 
 

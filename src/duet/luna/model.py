@@ -39,6 +39,9 @@ from duet.nn.aligned import AlignedInput
 from duet.nn.masks import additive, bidirectional_mask, lengths_to_mask
 
 
+IMPOSSIBLE_LOGIT = -1e4  # a code its cell cannot take: e^-10000 is 0 in every float type, and fp16 holds it
+
+
 @dataclass(frozen=True)
 class LunaInputs:
     """One batch of conditions and (possibly masked) target grids. Padded entries may hold anything."""
@@ -156,6 +159,11 @@ class LunaModel(nn.Module):
         elif config.head_bias:
             self.audio_head_bias = nn.Parameter(torch.zeros(Q * K))
         self.aligned = AlignedInput(D, config.aligned_window) if config.is_aligned else None
+        # (Q, K) 0 where cell q can take code k, else a large negative logit (an FSQ grid's cells of fewer than K
+        # levels): finite, so that CFG's difference of two such logits stays finite. All zeros on an RVQ grid.
+        levels = torch.tensor(config.cell_levels)[:, None]  # (Q, 1)
+        self.register_buffer("code_bias", (torch.arange(K)[None] >= levels).float() * IMPOSSIBLE_LOGIT,
+                             persistent=False)
         self.reset_audio_parameters()
 
     # -- parameters -------------------------------------------------------------------------------------------------
@@ -201,12 +209,15 @@ class LunaModel(nn.Module):
         """Frame states (B, n, D) -> code logits (B, n, Q, K) from the Q heads (or the tables, when tied)."""
         Q, K = self.config.num_codebooks, self.config.codebook_size
         if self.audio_heads is not None:
-            return self.audio_heads(h).unflatten(-1, (Q, K))
-        # One product with every row of the Q tables (no copy of the weight), then each table's mask row dropped.
-        logits = nn.functional.linear(h, self.audio_embed.weight)  # (B, n, Q (K + 1))
-        logits = logits.unflatten(-1, (Q, K + 1))[..., :K]  # (B, n, Q, K)
-        if self.audio_head_bias is not None:
-            logits = logits + self.audio_head_bias.view(Q, K)
+            logits = self.audio_heads(h).unflatten(-1, (Q, K))
+        else:
+            # One product with every row of the Q tables (no copy of the weight), then each table's mask row dropped.
+            logits = nn.functional.linear(h, self.audio_embed.weight)  # (B, n, Q (K + 1))
+            logits = logits.unflatten(-1, (Q, K + 1))[..., :K]  # (B, n, Q, K)
+            if self.audio_head_bias is not None:
+                logits = logits + self.audio_head_bias.view(Q, K)
+        if self.config.fsq_levels is not None:
+            logits = logits + self.code_bias.to(logits.dtype)
         return logits
 
     def embed_grid(self, grid: torch.Tensor) -> torch.Tensor:

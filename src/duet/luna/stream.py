@@ -41,6 +41,7 @@ from duet.codecs.base import Codec
 from duet.errors import DuetError
 from duet.finish import BOUND, STOP
 from duet.luna.decode import DecodeConfig, guidance_rows, guide, unmask_step
+from duet.luna.grid import codes_from_grid
 from duet.luna.model import segment_layout
 from duet.luna.realtime import LunaRealtime, RealtimeLogits
 from duet.nn.backbone import new_cache, run_backbone
@@ -165,7 +166,8 @@ def stream_speech(
     decoder = codec.stream_decoder() if codec is not None else None
     for chunk in stream_blocks(session, cfg, generator):
         if decoder is not None:
-            parts = [decoder.push(chunk.codes[None])[0]] if chunk.codes.shape[1] else []  # (samples,)
+            codes = codes_from_grid(model.config.luna, chunk.codes.T)  # grid (Q, n) -> codec layout (Q_c, n)
+            parts = [decoder.push(codes[None])[0]] if chunk.codes.shape[1] else []  # (samples,)
             if chunk.end is not None:
                 parts.append(decoder.flush()[0])
             audio = torch.cat(parts) if parts else torch.zeros(0)

@@ -37,6 +37,7 @@ from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
 from duet.luna.decode import DecodeConfig, maskgit_decode
 from duet.luna.duration import fit_durations, total_frames
+from duet.luna.grid import codes_from_grid
 from duet.luna.grpo import GRPOConfig, GRPOLoss, group_advantages, grpo_loss
 from duet.luna.model import LunaInputs, LunaModel
 from duet.luna.rewards import CandidateScore, lexicographic_rewards
@@ -114,7 +115,8 @@ def rollout(bundle: LunaBundle, tokenizer: Any, codec: Any, scorer: Scorer, prom
     maskgit_decode(model.logits_fn(inputs), inputs.target, model.config.mask_id, decode, generator=generator,
                    recorder=recorder)
     traj = recorder.trajectory()
-    audio = codec.decode(traj.tokens.transpose(1, 2)).audio  # grids (G, T, Q) -> codes (G, Q, T) -> (G, samples)
+    codes = torch.stack([codes_from_grid(model.config, grid) for grid in traj.tokens])  # (G, T, Q) -> (G, Q_c, T)
+    audio = codec.decode(codes.to(traj.tokens.device)).audio  # (G, samples)
     scores = [scorer(audio[g].float().cpu().numpy(), codec.sample_rate, prompt.text, prompt.reference)
               for g in range(group_size)]
     return Group(prompt, inputs, traj, scores)

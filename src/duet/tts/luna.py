@@ -126,7 +126,7 @@ class LunaRuntime(LunaParts):
         # Per position: its logits and last hidden state in each row, plus the grid state (int64 code + bool mask).
         self.cache_bytes_per_position = rows * (Q * K + D) * itemsize + Q * 9
         self._device = model.device
-        self._empty = torch.zeros((Q, 0), dtype=torch.long)  # (Q, 0): no frame this step
+        self._empty = self.no_codes()  # (Q_c, 0): no frame this step
         self._plans: PerRequest[_Plan] = PerRequest()
 
     @property
@@ -250,8 +250,8 @@ class LunaRuntime(LunaParts):
         for s, (tokens, commit) in zip(states, updates):  # every step succeeded: now the states change
             s.tokens, s.still = tokens, s.still & ~commit
             s.step += 1
-            if s.step == s.decode.steps:  # (T, Q) -> codec layout (Q, T)
-                outs.append(StepOutput(codes=s.tokens[0].T.cpu(), final=s.complete))
+            if s.step == s.decode.steps:  # (T, Q) -> codec layout (Q_c, T)
+                outs.append(StepOutput(codes=self.codec_codes(s.tokens[0]), final=s.complete))
             else:
                 outs.append(StepOutput(codes=self._empty))
         return outs

@@ -23,6 +23,7 @@ from duet.errors import DuetError, InvalidRequest
 from duet.luna.config import LunaConfig
 from duet.luna.decode import DecodeConfig
 from duet.luna.duration import DurationPredictor, fit_durations
+from duet.luna.grid import check_codec, codes_from_grid, grid_from_codes
 from duet.luna.shipped import LoadedLuna
 from duet.text.prompts import luna_prompt
 from duet.text.tokens import EMOTIONS, emotion_token, token_id
@@ -60,8 +61,8 @@ def request_decode_config(base: DecodeConfig, request: SynthesisRequest) -> Deco
 
 
 class LunaParts:
-    """A loaded Luna model's pieces. ``grid`` is the model's ``LunaConfig`` (Q codebooks x K codes, its backbone);
-    the codec must have exactly that shape."""
+    """A loaded Luna model's pieces. ``grid`` is the model's ``LunaConfig`` (its grid and backbone); the codec must
+    be the one the grid reads (``duet.luna.grid``)."""
 
     def __init__(self, model: Any, duration: DurationPredictor, tokenizer: Any, codec, grid: LunaConfig, name: str,
                  language: str = "en") -> None:
@@ -72,10 +73,7 @@ class LunaParts:
         self.grid = grid
         self.name = name
         self.language = language
-        want = (grid.codebook_size,) * grid.num_codebooks
-        if tuple(codec.codebook_sizes) != want:
-            raise DuetError(f"{name} needs a codec of {grid.num_codebooks} codebooks x {grid.codebook_size}; "
-                            f"{codec} has {tuple(codec.codebook_sizes)}")
+        check_codec(grid, tuple(codec.codebook_sizes), f"{name}'s codec {codec}")
         no_emotion = emotion_support(tokenizer, grid.backbone.vocab_size)
         # the FamilyTraits fields of emotion control, for the runtimes' traits
         self.emotion_traits: dict[str, Any] = dict(emotions=() if no_emotion else EMOTIONS, emotion_note=no_emotion or "")
@@ -128,11 +126,19 @@ class LunaParts:
         """A checked clip (S,) float32 (resampled from ``sample_rate`` if given) -> its codes as a grid (T, Q) on the
         model's device."""
         with torch.no_grad():
-            codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q, T)
-        return codes.transpose(0, 1).to(self.duration.head.weight.device)
+            codes = self.codec.encode(torch.from_numpy(audio)[None], sample_rate=sample_rate).codes[0]  # (Q_c, T)
+        return grid_from_codes(self.grid, codes).to(self.duration.head.weight.device)
+
+    def codec_codes(self, grid: torch.Tensor) -> torch.Tensor:
+        """A decided grid (T, Q) -> the codec's codes (Q_c, T) on the CPU: what a runtime step hands the engine."""
+        return codes_from_grid(self.grid, grid.cpu())
+
+    def no_codes(self) -> torch.Tensor:
+        """(Q_c, 0): a step that yields no frame, in the codec's layout."""
+        return torch.zeros((len(self.grid.codec_codebook_sizes), 0), dtype=torch.long)
 
     def decode_grid(self, grid: torch.Tensor) -> np.ndarray:
         """A grid (T, Q) of codes -> its audio (T x samples per frame,) float32 at the codec's rate."""
         with torch.no_grad():
-            audio = self.codec.decode(grid.transpose(0, 1)[None]).audio[0]  # codes (1, Q, T) -> samples
+            audio = self.codec.decode(self.codec_codes(grid)[None]).audio[0]  # codes (1, Q_c, T) -> samples
         return audio.float().cpu().numpy()

@@ -127,7 +127,7 @@ class RealtimeRuntime(LunaParts):
         bb = self.grid.backbone
         rows = 2 if config.stream.decode.cfg_scale != 1.0 else 1  # KVBlockSession(guidance=...) rows
         self.cache_bytes_per_position = kv_cache_bytes(bb.num_layers, bb.num_kv_heads, bb.head_dim, weight.dtype, rows)
-        self._empty = torch.zeros((self.grid.num_codebooks, 0), dtype=torch.long)  # (Q, 0)
+        self._empty = self.no_codes()  # (Q_c, 0)
         self._plans: PerRequest[_Plan] = PerRequest()
 
     @property
@@ -227,7 +227,7 @@ class RealtimeRuntime(LunaParts):
         """One refinement step of ``s``'s active block: ``stream.stream_blocks``'s inner loop body."""
         if s.done or s.session is None:  # the caller closes a request at its last output; never reached
             return StepOutput(codes=self._empty, final=True)
-        bk, Q, mask_id = self.block_size, self._empty.shape[0], self.grid.mask_id
+        bk, Q, mask_id = self.block_size, self.grid.num_codebooks, self.grid.mask_id
         if s.step == 0:  # a new block, all masked
             s.tokens = torch.full((1, bk, Q), mask_id, dtype=torch.long)  # (1, B_k, Q)
             s.still = torch.zeros_like(s.tokens, dtype=torch.bool)
@@ -260,7 +260,7 @@ class RealtimeRuntime(LunaParts):
         s.produced += s.frames
         s.blocks += 1
         s.step, s.tokens, s.still = 0, None, None
-        return StepOutput(codes=block.T.cpu(), final=final)  # (Q, n) codec layout
+        return StepOutput(codes=self.codec_codes(block), final=final)  # (Q_c, n) codec layout
 
 
 def load_realtime_runtime(path: str | Path, codec: str | None = None, device: str = "cpu", name: str | None = None,

@@ -42,7 +42,7 @@ from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
 from duet.luna.config import PRESETS, LunaConfig, luna_preset
 from duet.luna.data import LunaData
-from duet.luna.diffusion import DiffusionConfig
+from duet.luna.diffusion import OBJECTIVES, DiffusionConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.shipped import load_luna, save_luna
 from duet.train import recipe as driver
@@ -69,7 +69,16 @@ class LunaTrainConfig:
 def recipe(name: str, shards: str = "", manifest: str = "") -> LunaTrainConfig:
     """Default training settings per preset (built one by one in ``tests/luna/test_luna_train_recipe.py``)."""
     model, duration = luna_preset(name), duration_preset(name)
-    if name == "luna-tiny":
+    if name == "luna-tiny-fsq":
+        # The FSQ channel grid at luna-tiny's size, with the settings of the probe that first made a tiny Luna
+        # follow the text (DESIGN.md §F: lr 1e-3, AdamW betas (0.9, 0.98), weight decay 0.01, every cell alike).
+        # 21.5 frames/s: 400 frames are 18.6 s.
+        loop = LoopConfig(max_steps=20_000, lr=1e-3, warmup_steps=200, weight_decay=0.01, betas=(0.9, 0.98),
+                          log_every=10, val_every=250, diag_every=0, checkpoint_every=500, checkpoint_minutes=5.0,
+                          patience=0)
+        data = LunaDataConfig(batch_frames=2000, max_batch_size=32, max_frames=400)
+        diffusion = DiffusionConfig()
+    elif name == "luna-tiny":
         # Sized for a CPU: 2,000 positions per step, so the 12-hour `joe` corpus is about 900 steps per epoch.
         # DESIGN §D: small models on little text overfit, so validate every 250 steps and stop early on held-out
         # loss.
@@ -159,10 +168,13 @@ def export_luna(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path
 def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``luna`` and ``luna-export`` to the ``duet train`` sub-commands."""
     p = driver.add_train_parser(subparsers, "luna", "train a Luna-TTS model and its duration predictor on encoded "
-                                "RVQ codes", sorted(PRESETS), "runs/luna-tiny", train_luna, config_from_args)
+                                "codes (RVQ, or duet-fsq for the FSQ grid)", sorted(PRESETS), "runs/luna-tiny", train_luna, config_from_args)
     p.add_argument("--codebook-weights", type=_weights, default=None, metavar="W0,W1,...",
                    help="per-codebook loss weights, one per codebook, normalised to mean 1 (duet.luna.diffusion; "
                         "default: the preset's)")
+    p.add_argument("--objective", choices=OBJECTIVES, default=None,
+                   help="elbo: the report's masked-diffusion bound (uniform noise level, 1/t weight); maskgit: a "
+                        "cosine mask ratio and the mean CE of the masked cells (default: the preset's)")
     p.add_argument("--tie-heads", action=argparse.BooleanOptionalAction, default=None,
                    help="tie each code head to its codebook's embedding table (a new run only; default: the preset's)")
     p.add_argument("--aligned", type=int, default=None, metavar="WINDOW",
@@ -187,6 +199,8 @@ def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
             raise DuetError(f"--codebook-weights gives {len(args.codebook_weights)} weights for "
                             f"{cfg.model.num_codebooks} codebooks")
         cfg = replace(cfg, diffusion=replace(cfg.diffusion, codebook_weights=args.codebook_weights))
+    if args.objective is not None:
+        cfg = replace(cfg, diffusion=replace(cfg.diffusion, objective=args.objective))
     if args.tie_heads is not None:
         if args.resume and args.tie_heads != cfg.model.tie_heads:
             raise DuetError("--tie-heads cannot change on --resume (the weights' shapes would change)")

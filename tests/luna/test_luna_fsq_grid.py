@@ -1,0 +1,194 @@
+"""Luna on the FSQ channel grid: the grid's cells are the digits of duet-fsq's packed groups (against a by-hand
+mixed-radix expansion), codes a cell cannot take get no probability, decoding changes masked cells only and stays
+inside each cell's levels, CFG batched equals two passes, the data layer reads FSQ shards as the grid with durations
+that add up to its frames, the MaskGIT objective equals a naive computation, and a tiny FSQ Luna speaks through
+duet.load (whole-utterance and block-streaming) into audio of its frames' length."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import duet
+from checkpoint_testing import write_tiny_luna, write_tiny_luna_realtime
+from corpus_testing import HashCodec, write_corpus
+from duet.errors import DuetError
+from duet.luna.config import LunaConfig, luna_preset
+from duet.luna.data import LunaData
+from duet.luna.decode import DecodeConfig, maskgit_decode
+from duet.luna.diffusion import masked_diffusion_loss, sample_noise_level
+from duet.luna.grid import check_codec, codes_from_grid, grid_from_codes
+from duet.luna.model import LunaInputs, LunaModel
+from duet.data.shards import CodeShards
+from duet.data.utterances import train_tokenizer
+from duet.text import get_tokenizer
+from luna_train_testing import micro_backbone
+from test_luna_train_recipe import DATA
+
+LEVELS = (8, 7, 6, 6)
+
+
+def fsq_config(groups: int = 2, **backbone) -> LunaConfig:
+    return LunaConfig(backbone=micro_backbone(**backbone), num_codebooks=4 * groups, codebook_size=8,
+                      fsq_levels=LEVELS)
+
+
+def digits_by_hand(code: int) -> list[int]:
+    """A packed group index -> its digits, first least significant, by repeated division."""
+    out = []
+    for level in LEVELS:
+        out.append(code % level)
+        code //= level
+    return out
+
+
+def test_the_grid_is_the_digits_of_the_packed_groups_and_folds_back():
+    cfg = fsq_config(groups=8)
+    assert cfg.cell_levels == LEVELS * 8 and cfg.codec_codebook_sizes == (2016,) * 8
+    codes = torch.randint(0, 2016, (8, 11), generator=torch.Generator().manual_seed(0))  # (G, T)
+    grid = grid_from_codes(cfg, codes)  # (T, Q)
+    assert grid.shape == (11, 32)
+    for t in range(11):
+        for g in range(8):
+            assert grid[t, 4 * g: 4 * g + 4].tolist() == digits_by_hand(int(codes[g, t]))
+    assert torch.equal(codes_from_grid(cfg, grid), codes)
+    rvq = LunaConfig(backbone=micro_backbone(), num_codebooks=4, codebook_size=64)
+    plain = torch.randint(0, 64, (4, 5))
+    assert torch.equal(grid_from_codes(rvq, plain), plain.T) and torch.equal(codes_from_grid(rvq, plain.T), plain)
+
+
+def test_undecided_cells_wrong_codecs_and_bad_levels_are_refused():
+    cfg = fsq_config()
+    grid = torch.zeros((3, 8), dtype=torch.long)
+    grid[1, 2] = cfg.mask_id
+    with pytest.raises(DuetError, match="outside its cells' levels"):
+        codes_from_grid(cfg, grid)
+    with pytest.raises(DuetError, match="needs 2 of 2016"):
+        check_codec(cfg, (2048,) * 8, "duet-rvq")
+    with pytest.raises(DuetError, match="largest level"):
+        LunaConfig(backbone=micro_backbone(), num_codebooks=8, codebook_size=9, fsq_levels=LEVELS)
+    with pytest.raises(DuetError, match="whole groups"):
+        LunaConfig(backbone=micro_backbone(), num_codebooks=6, codebook_size=8, fsq_levels=LEVELS)
+
+
+def test_codes_a_cell_cannot_take_get_no_probability_even_under_cfg():
+    torch.manual_seed(0)
+    for tie in (False, True):
+        cfg = replace(fsq_config(), tie_heads=tie)
+        model = LunaModel(cfg).eval()
+        inputs = LunaInputs(torch.tensor([[3, 4, 5]]), torch.tensor([3]), torch.full((1, 6, 8), cfg.mask_id),
+                            torch.tensor([6]))
+        with torch.no_grad():
+            logits = model(inputs)  # (1, T, Q, K)
+            uncond = model(replace(inputs, text_lengths=torch.tensor([0])))
+        probs = logits.softmax(-1)
+        for q, level in enumerate(cfg.cell_levels):
+            assert float(probs[..., q, level:].sum()) == 0.0
+            assert torch.allclose(probs[..., q, :level].sum(-1), torch.ones(1, 6))
+        guided = uncond + 3.0 * (logits - uncond)
+        assert bool(torch.isfinite(guided).all()) and float(guided.softmax(-1)[..., 2, 6:].sum()) == 0.0
+
+
+def test_decoding_changes_masked_cells_only_and_stays_in_levels():
+    torch.manual_seed(1)
+    cfg = fsq_config()
+    model = LunaModel(cfg).eval()
+    g = torch.Generator().manual_seed(0)
+    levels = torch.tensor(cfg.cell_levels)
+    clean = (torch.rand(1, 9, 8, generator=g) * levels).long()  # (1, T, Q) valid codes
+    hidden = torch.rand(1, 9, 8, generator=g) < 0.6
+    tokens = clean.masked_fill(hidden, cfg.mask_id)
+    inputs = LunaInputs(torch.tensor([[3, 4, 5, 6]]), torch.tensor([4]), tokens, torch.tensor([9]))
+    out = maskgit_decode(model.logits_fn(inputs), tokens, cfg.mask_id, DecodeConfig(steps=4),
+                         generator=torch.Generator().manual_seed(2)).tokens
+    assert torch.equal(out[~hidden], clean[~hidden])  # visible cells untouched
+    assert bool((out != cfg.mask_id).all()) and bool((out < levels).all())  # every cell decided, in its levels
+
+
+def test_cfg_in_one_batch_equals_two_passes():
+    torch.manual_seed(2)
+    cfg = fsq_config()
+    model = LunaModel(cfg).eval()
+    inputs = LunaInputs(torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]]), torch.tensor([4, 2]),
+                        torch.full((2, 5, 8), cfg.mask_id), torch.tensor([5, 3]))
+    fn = model.logits_fn(inputs)
+    tokens = inputs.target
+    both = fn(tokens.repeat(2, 1, 1), torch.tensor([True, True, False, False]))  # (2B, T, Q, K)
+    cond = fn(tokens, torch.tensor([True, True]))
+    uncond = fn(tokens, torch.tensor([False, False]))
+    for b, T in enumerate((5, 3)):
+        assert torch.allclose(both[b, :T], cond[b, :T], atol=1e-5)
+        assert torch.allclose(both[2 + b, :T], uncond[b, :T], atol=1e-5)
+
+
+def test_the_data_layer_reads_fsq_shards_as_the_grid(tmp_path):
+    manifest, shards = write_corpus(tmp_path, HashCodec((2016,) * 8, samples_per_frame=1024), "hash-fsq")
+    tokenizer = get_tokenizer(train_tokenizer(manifest, tmp_path / "tokenizer.json", DATA, vocab_size=300))
+    cfg = fsq_config(groups=8, vocab_size=512)
+    data = LunaData.from_shards(shards, manifest, tokenizer, DATA, "train", model=cfg)
+    packed = dict(iter(CodeShards(shards)))
+    batch = data.make_batch(range(min(4, len(data))))
+    inputs = batch.inputs
+    for row in range(inputs.batch_size):
+        item = data.items[row]
+        T = int(inputs.target_lengths[row])
+        assert T == packed[item.id].shape[1] == item.frames
+        assert torch.equal(inputs.target[row, :T], grid_from_codes(cfg, packed[item.id]))  # (T, 32)
+        assert bool((inputs.target[row, T:] == cfg.mask_id).all())
+        assert int(batch.durations[row].sum()) == T  # the duration targets lay the text over exactly these frames
+    with pytest.raises(DuetError, match="8 code streams of 2016 codes.*needs 8 of 2048"):
+        LunaData.from_shards(shards, manifest, tokenizer, DATA, "train",
+                             model=LunaConfig(backbone=micro_backbone(), num_codebooks=8, codebook_size=2048))
+
+
+def test_the_maskgit_objective_is_the_mean_ce_of_masked_cells():
+    g = torch.Generator().manual_seed(3)
+    B, T, Q, K = 3, 5, 4, 8
+    logits = torch.randn(B, T, Q, K, generator=g)
+    target = torch.randint(0, K, (B, T, Q), generator=g)
+    masked = torch.rand(B, T, Q, generator=g) < 0.5
+    t = torch.tensor([0.3, 0.7, 0.9])
+    lengths = torch.tensor([5, 3, 4])
+    out = masked_diffusion_loss(logits, target, masked, t, lengths, objective="maskgit")
+    ces, elbo = [], 0.0
+    for b in range(B):
+        for i in range(int(lengths[b])):
+            for q in range(Q):
+                if masked[b, i, q]:
+                    ce = -float(F.log_softmax(logits[b, i, q], -1)[target[b, i, q]])
+                    ces.append(ce)
+                    elbo += ce / float(t[b])
+    assert math.isclose(float(out.loss), sum(ces) / len(ces), rel_tol=1e-5)
+    assert math.isclose(float(out.bound), elbo / (int(lengths.sum()) * Q), rel_tol=1e-5)
+    # the noise level: cos(pi/2 u) of the same uniform draws the ELBO's t = 1 - u uses
+    u = torch.rand(6, generator=torch.Generator().manual_seed(4))
+    cosine = sample_noise_level(6, 1e-3, torch.Generator().manual_seed(4), objective="maskgit")
+    assert torch.allclose(cosine, torch.cos(0.5 * math.pi * u).clamp(min=1e-3))
+
+
+def test_the_fsq_preset_builds_and_runs():
+    cfg = luna_preset("luna-tiny-fsq")
+    assert cfg.cell_levels == LEVELS * 8 and cfg.tie_heads
+    model = LunaModel(cfg).eval()
+    assert model.audio_embed.weight.shape == (32 * 9, 256)
+    inputs = LunaInputs(torch.tensor([[1, 2, 3]]), torch.tensor([3]), torch.full((1, 4, 32), cfg.mask_id),
+                        torch.tensor([4]))
+    with torch.no_grad():
+        assert model(inputs).shape == (1, 4, 32, 8)
+
+
+def test_a_tiny_fsq_luna_speaks_whole_and_streamed(tmp_path):
+    speaker = duet.load(write_tiny_luna(tmp_path / "luna", fsq=True))
+    codec = speaker.runtime.codec
+    speech = speaker.speak("Hello there.", seed=0, steps=2)
+    assert speech.audio.ndim == 1 and len(speech.audio) > 0 and len(speech.audio) % codec.samples_per_frame == 0
+    assert bool(torch.isfinite(torch.from_numpy(speech.audio)).all())
+    again = speaker.speak("Hello there.", seed=0, steps=2)
+    assert (speech.audio == again.audio).all()
+    realtime = duet.load(write_tiny_luna_realtime(tmp_path / "rt", end_bias=20.0, fsq=True))
+    streamed = realtime.speak("Hello there.", seed=0, steps=2)
+    assert len(streamed.audio) % codec.samples_per_frame == 0 and len(streamed.audio) > 0

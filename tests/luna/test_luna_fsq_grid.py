@@ -12,22 +12,26 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
+from luna_train_testing import micro_backbone, micro_configs
+from test_luna_train_recipe import DATA
 
 import duet
 from checkpoint_testing import write_tiny_luna, write_tiny_luna_realtime
 from corpus_testing import HashCodec, write_corpus
+from duet.data.shards import CodeShards
+from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.luna.config import LunaConfig, luna_preset
 from duet.luna.data import LunaData
 from duet.luna.decode import DecodeConfig, maskgit_decode
-from duet.luna.diffusion import masked_diffusion_loss, sample_noise_level
+from duet.luna.diffusion import DiffusionConfig, masked_diffusion_loss, sample_noise_level
 from duet.luna.grid import check_codec, codes_from_grid, grid_from_codes
 from duet.luna.model import LunaInputs, LunaModel
-from duet.data.shards import CodeShards
-from duet.data.utterances import train_tokenizer
+from duet.luna.shipped import load_luna
 from duet.text import get_tokenizer
-from luna_train_testing import micro_backbone
-from test_luna_train_recipe import DATA
+from duet.train.loop import LoopConfig
+from duet.train.metrics import read_metrics
+from duet.train.recipes.luna import LunaTrainConfig, export_luna, train_luna
 
 LEVELS = (8, 7, 6, 6)
 
@@ -192,3 +196,18 @@ def test_a_tiny_fsq_luna_speaks_whole_and_streamed(tmp_path):
     realtime = duet.load(write_tiny_luna_realtime(tmp_path / "rt", end_bias=20.0, fsq=True))
     streamed = realtime.speak("Hello there.", seed=0, steps=2)
     assert len(streamed.audio) % codec.samples_per_frame == 0 and len(streamed.audio) > 0
+
+
+def test_training_on_fsq_shards_with_the_maskgit_objective_exports_a_model_of_that_grid(tmp_path):
+    manifest, shards = write_corpus(tmp_path, HashCodec((2016,) * 8, samples_per_frame=1024), "hash-fsq")
+    model, duration = micro_configs()
+    cfg = LunaTrainConfig(name="micro-fsq", model=replace(fsq_config(groups=8), backbone=model.backbone),
+                          duration=duration, shards=str(shards), manifest=str(manifest), data=DATA,
+                          loop=LoopConfig(max_steps=6, lr=3e-3, warmup_steps=1, log_every=1, val_every=3,
+                                          diag_every=0, checkpoint_every=0),
+                          diffusion=DiffusionConfig(objective="maskgit"), bpe_vocab=300)
+    train_luna(cfg, tmp_path / "run", tokenizer="train-bpe", progress=False)
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r]
+    assert len(rows) == 6 and all(math.isfinite(r["loss"]) and math.isfinite(r["bound"]) for r in rows)
+    loaded = load_luna(export_luna(tmp_path / "run", tmp_path / "export"))
+    assert loaded.bundle.acoustic.config.fsq_levels == LEVELS and loaded.codec["name"] == "hash-fsq"

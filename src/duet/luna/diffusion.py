@@ -59,7 +59,6 @@ from duet.errors import DuetError
 from duet.luna.model import LunaInputs, LunaModel
 from duet.nn.masks import lengths_to_mask
 
-
 OBJECTIVES = ("elbo", "maskgit")
 
 

@@ -38,7 +38,6 @@ from duet.luna.decode import LogitsFn
 from duet.nn.aligned import AlignedInput
 from duet.nn.masks import additive, bidirectional_mask, lengths_to_mask
 
-
 IMPOSSIBLE_LOGIT = -1e4  # a code its cell cannot take: e^-10000 is 0 in every float type, and fp16 holds it
 
 

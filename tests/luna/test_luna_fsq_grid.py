@@ -1,14 +1,16 @@
 """Luna on the FSQ channel grid: the grid's cells are the digits of duet-fsq's packed groups (against a by-hand
 mixed-radix expansion), codes a cell cannot take get no probability, decoding changes masked cells only and stays
 inside each cell's levels, CFG batched equals two passes, the data layer reads FSQ shards as the grid with durations
-that add up to its frames, the MaskGIT objective equals a naive computation, and a tiny FSQ Luna speaks through
-duet.load (whole-utterance and block-streaming) into audio of its frames' length."""
+that add up to its frames, the MaskGIT objective equals a naive computation, training on FSQ shards exports a model
+of that grid, and a tiny FSQ Luna speaks through duet.load (whole-utterance and block-streaming), clones by
+infilling after a prompt and edits a span, its codes always folded back into the codec's layout."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -211,3 +213,37 @@ def test_training_on_fsq_shards_with_the_maskgit_objective_exports_a_model_of_th
     assert len(rows) == 6 and all(math.isfinite(r["loss"]) and math.isfinite(r["bound"]) for r in rows)
     loaded = load_luna(export_luna(tmp_path / "run", tmp_path / "export"))
     assert loaded.bundle.acoustic.config.fsq_levels == LEVELS and loaded.codec["name"] == "hash-fsq"
+
+
+def _tone(sample_rate: int, seconds: float) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    t = np.arange(round(seconds * sample_rate)) / sample_rate
+    return (0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.standard_normal(t.shape)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def fsq_speaker(tmp_path_factory):
+    return duet.load(write_tiny_luna(tmp_path_factory.mktemp("luna-fsq"), fsq=True))
+
+
+def test_cloning_by_infilling_keeps_the_prompt_as_the_codecs_codes_unfolded(fsq_speaker):
+    clip = _tone(fsq_speaker.sample_rate, 0.8)
+    prompt = fsq_speaker.voice_prompt(clip, "Good morning.")
+    packed = fsq_speaker.codec.encode(torch.from_numpy(clip)[None]).codes[0]  # (8, P)
+    cfg = fsq_speaker.runtime.grid
+    assert prompt.grid.shape == (packed.shape[1], 32) and torch.equal(prompt.grid, grid_from_codes(cfg, packed))
+    speech = fsq_speaker.speak("Hello there.", seed=3, steps=2, prompt=prompt)
+    assert len(speech.audio) > 0 and len(speech.audio) % fsq_speaker.codec.samples_per_frame == 0
+
+
+def test_editing_keeps_the_codes_outside_the_span(fsq_speaker):
+    audio = _tone(fsq_speaker.sample_rate, 1.5)
+    cfg = fsq_speaker.runtime.grid
+    before = grid_from_codes(cfg, fsq_speaker.codec.encode(torch.from_numpy(audio)[None]).codes[0])  # (T, 32)
+    edited = fsq_speaker.edit(audio, "Good morning.", (0.4, 0.9), seed=4, steps=2)
+    a, b = edited.span
+    assert 0 < a < b < before.shape[0] and edited.grid.shape == before.shape
+    assert torch.equal(edited.grid[:a], before[:a]) and torch.equal(edited.grid[b:], before[b:])
+    assert bool((edited.grid < torch.tensor(cfg.cell_levels)).all())  # every regenerated digit in its levels
+    decoded = fsq_speaker.codec.decode(codes_from_grid(cfg, edited.grid)[None]).audio[0].numpy()
+    np.testing.assert_allclose(edited.speech.audio, decoded, atol=1e-6)

@@ -7,6 +7,7 @@ infilling after a prompt and edits a span, its codes always folded back into the
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -211,8 +212,27 @@ def test_training_on_fsq_shards_with_the_maskgit_objective_exports_a_model_of_th
     train_luna(cfg, tmp_path / "run", tokenizer="train-bpe", progress=False)
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r]
     assert len(rows) == 6 and all(math.isfinite(r["loss"]) and math.isfinite(r["bound"]) for r in rows)
-    loaded = load_luna(export_luna(tmp_path / "run", tmp_path / "export"))
+    decode = {"temperature": 0.0, "cfg_scale": 1.5, "steps": 16}
+    loaded = load_luna(export_luna(tmp_path / "run", tmp_path / "export", decode=decode))
     assert loaded.bundle.acoustic.config.fsq_levels == LEVELS and loaded.codec["name"] == "hash-fsq"
+    assert loaded.decode == decode
+    with pytest.raises(DuetError, match="unknown decoding defaults"):
+        export_luna(tmp_path / "run", tmp_path / "bad", decode={"gumbel": 1.0})
+
+
+def test_a_models_decoding_defaults_reach_its_runtime_and_requests_still_override_them(tmp_path):
+    from duet.tts.luna import load_luna_runtime
+
+    path = write_tiny_luna(tmp_path, fsq=True)
+    meta = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**meta, "decode": {"temperature": 0.0, "cfg_scale": 1.0}}))
+    runtime = load_luna_runtime(path)
+    assert (runtime.config.decode.temperature, runtime.config.decode.cfg_scale) == (0.0, 1.0)
+    assert runtime.config.decode.steps == 32  # keys it does not name keep the runtime's defaults
+    speaker = duet.load(path)
+    default = speaker.speak("Hello there.", seed=0, steps=2).audio
+    assert (default == speaker.speak("Hello there.", seed=0, steps=2, temperature=0.0, cfg_scale=1.0).audio).all()
+    assert not (default == speaker.speak("Hello there.", seed=0, steps=2, temperature=1.0, cfg_scale=1.0).audio).all()
 
 
 def _tone(sample_rate: int, seconds: float) -> np.ndarray:

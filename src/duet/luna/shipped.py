@@ -4,11 +4,14 @@
 
     {"type": "luna", "format_version": 1, "dtype": "float16",
      "config": LunaConfig.to_dict(), "duration": DurationConfig.to_dict(),
-     "codec": {"name": ..., "frame_rate": ...}, "info": {...}}
+     "codec": {"name": ..., "frame_rate": ...}, "info": {...}, "decode": {"temperature": 0.0, ...}}
 
 Tensor names are ``LunaBundle``'s state-dict names: ``acoustic.*`` (the LunaModel: ``model.*`` the stock Qwen3Model,
 ``audio_embed``, ``audio_heads``) and ``duration.*`` (the DurationPredictor), so loading is ``load_state_dict``.
 ``codec`` names the codec whose codes the model was trained on (``duet.codecs.load`` turns its grids into audio).
+``decode`` (optional; keys of ``duet.luna.decode.DecodeConfig``: steps, temperature, top_k, cfg_scale) is what
+``duet speak`` and ``duet serve`` decode this model with unless a request says otherwise: the settings its
+evaluation favoured (``duet train luna-export --temperature --cfg-scale --steps``).
 
 Luna-TTS Realtime ships the same way with ``"type": "luna-realtime"`` and ``"config": RealtimeConfig.to_dict()``
 (the Luna config under ``luna`` plus ``block_size``); tensor names are ``RealtimeBundle``'s (``acoustic.luna.*``,
@@ -21,7 +24,7 @@ module needs the bundle, which imports the models, hence its own file.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +40,7 @@ from duet.shipped import read_shipped, write_shipped
 TYPE = "luna"
 REALTIME_TYPE = "luna-realtime"
 FORMAT_VERSION = 1
+DECODE_KEYS = frozenset({"steps", "temperature", "top_k", "cfg_scale"})
 
 
 @dataclass
@@ -47,13 +51,15 @@ class LoadedLuna:
     codec: dict[str, Any]  # {"name": ..., "frame_rate": ...}
     info: dict[str, Any]
     path: Path
+    decode: dict[str, Any] = field(default_factory=dict)  # the model's own decoding defaults (DECODE_KEYS)
 
 
 def save_luna(bundle: LunaBundle, tokenizer_file: str | Path, out_dir: str | Path, *,
               codec: dict[str, Any] | None = None, info: dict[str, Any] | None = None,
-              dtype: torch.dtype = torch.float16) -> Path:
-    """Write ``bundle`` + its tokenizer as a shippable directory (each file replaced atomically); returns it."""
-    return _save(TYPE, bundle, tokenizer_file, out_dir, codec, info, dtype)
+              dtype: torch.dtype = torch.float16, decode: dict[str, Any] | None = None) -> Path:
+    """Write ``bundle`` + its tokenizer as a shippable directory (each file replaced atomically); returns it.
+    ``decode``: the model's decoding defaults (``DECODE_KEYS``)."""
+    return _save(TYPE, bundle, tokenizer_file, out_dir, codec, info, dtype, decode)
 
 
 def load_luna(path: str | Path, device: str | torch.device = "cpu") -> LoadedLuna:
@@ -70,9 +76,15 @@ def save_luna_realtime(bundle: RealtimeBundle, tokenizer_file: str | Path, out_d
 
 
 def _save(kind: str, bundle: LunaBundle | RealtimeBundle, tokenizer_file: str | Path, out_dir: str | Path,
-          codec: dict[str, Any] | None, info: dict[str, Any] | None, dtype: torch.dtype) -> Path:
+          codec: dict[str, Any] | None, info: dict[str, Any] | None, dtype: torch.dtype,
+          decode: dict[str, Any] | None = None) -> Path:
+    unknown = set(decode or {}) - DECODE_KEYS
+    if unknown:
+        raise DuetError(f"unknown decoding defaults {sorted(unknown)}; known: {sorted(DECODE_KEYS)}")
     body = {"config": bundle.acoustic.config.to_dict(), "duration": bundle.duration.config.to_dict(),
             "codec": codec or {}, "info": info or {}}
+    if decode:
+        body["decode"] = dict(decode)
     return write_shipped(out_dir, kind, FORMAT_VERSION, bundle.state_dict(), tokenizer_file, body, dtype)
 
 
@@ -92,4 +104,8 @@ def _load(path: str | Path, kind: str, family: str, device: str | torch.device,
     rows = bundle.duration.config.backbone.vocab_size  # the acoustic model reads the same ids (bundle checks)
     if len(tokenizer) > rows:
         raise DuetError(f"{path}: the tokenizer has {len(tokenizer)} ids, the model's text embedding only {rows} rows")
-    return LoadedLuna(bundle.to(device).eval(), tokenizer, meta.get("codec", {}), meta.get("info", {}), path)
+    decode = meta.get("decode", {})
+    if not isinstance(decode, dict) or set(decode) - DECODE_KEYS:
+        raise DuetError(f"{path}: config.json's decode section must hold only {sorted(DECODE_KEYS)}")
+    return LoadedLuna(bundle.to(device).eval(), tokenizer, meta.get("codec", {}), meta.get("info", {}), path,
+                      decode)

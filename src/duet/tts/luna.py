@@ -54,7 +54,7 @@ codebook.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -288,5 +288,7 @@ def load_luna_runtime(path: str | Path, codec: str | None = None, device: str = 
 
     loaded = load_luna(path, device=device)
     bundle = loaded.bundle
+    config = LunaRuntimeConfig()
+    config = replace(config, decode=replace(config.decode, **loaded.decode))  # the model's own defaults, if any
     return LunaRuntime(bundle.acoustic, bundle.duration, loaded.tokenizer, codec_of(loaded, codec, device),
-                       name or loaded.path.name)
+                       name or loaded.path.name, config)

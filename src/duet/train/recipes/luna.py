@@ -42,6 +42,7 @@ from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
 from duet.luna.config import PRESETS, LunaConfig, luna_preset
 from duet.luna.data import LunaData
+from duet.luna.decode import DecodeConfig
 from duet.luna.diffusion import OBJECTIVES, DiffusionConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.shipped import load_luna, save_luna
@@ -151,15 +152,17 @@ def train_luna(cfg: LunaTrainConfig | None, run_dir: str | Path, *, tokenizer: s
 
 
 def export_luna(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-                best: bool = True) -> Path:
+                best: bool = True, decode: dict[str, Any] | None = None) -> Path:
     """A run's checkpoint -> the shipped format (``duet.luna.shipped``: fp16 weights, config, tokenizer, codec).
 
     By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
+    ``decode``: the decoding defaults the model ships with (``duet.luna.shipped.DECODE_KEYS``).
     Load it with ``duet.luna.shipped.load_luna`` (the model) or ``duet.load`` (a speaker).
     """
     run = driver.load_run(run_dir, LunaTrainConfig, lambda cfg: LunaBundle(cfg.model, cfg.duration), "Luna",
                           checkpoint, best)
-    return save_luna(run.module, run.tokenizer, out_dir, codec=run.codec, info={"preset": run.config.name, **run.info})
+    return save_luna(run.module, run.tokenizer, out_dir, codec=run.codec, info={"preset": run.config.name, **run.info},
+                     decode=decode)
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
@@ -187,8 +190,20 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration-only", action="store_true", default=None,
                    help="train the duration predictor alone (with --init-from: retrain a shipped model's predictor)")
 
-    driver.add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
-                             "checkpoints/luna-tiny", export_luna)
+    e = driver.add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
+                                 "checkpoints/luna-tiny", export_luna, export_decode)
+    e.add_argument("--steps", type=int, default=None, help="the refinement steps duet speak and duet serve use for "
+                   "this model by default")
+    e.add_argument("--temperature", type=float, default=None, help="their default token temperature (0: greedy)")
+    e.add_argument("--cfg-scale", type=float, default=None, help="their default CFG scale (1: off)")
+
+
+def export_decode(args: argparse.Namespace) -> dict[str, Any]:
+    """``luna-export``'s own flags -> ``export_luna``'s ``decode``, checked as at inference (one clear line if bad)."""
+    given = {k: v for k, v in (("steps", args.steps), ("temperature", args.temperature),
+                               ("cfg_scale", args.cfg_scale)) if v is not None}
+    DecodeConfig(**given)
+    return {"decode": given}
 
 
 def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:

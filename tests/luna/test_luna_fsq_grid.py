@@ -267,3 +267,21 @@ def test_editing_keeps_the_codes_outside_the_span(fsq_speaker):
     assert bool((edited.grid < torch.tensor(cfg.cell_levels)).all())  # every regenerated digit in its levels
     decoded = fsq_speaker.codec.decode(codes_from_grid(cfg, edited.grid)[None]).audio[0].numpy()
     np.testing.assert_allclose(edited.speech.audio, decoded, atol=1e-6)
+
+
+def test_realtime_continues_an_fsq_luna_on_fsq_shards(tmp_path, capsys):
+    from duet.luna.bundle import LunaBundle
+    from duet.luna.shipped import load_luna_realtime, save_luna
+    from duet.train.recipes.luna_realtime import main
+
+    manifest, shards = write_corpus(tmp_path, HashCodec((2016,) * 8, samples_per_frame=1024), "hash-fsq")
+    tokenizer = train_tokenizer(manifest, tmp_path / "tokenizer.json", DATA, vocab_size=300)
+    model, duration = micro_configs()
+    luna = LunaBundle(replace(fsq_config(groups=8), backbone=model.backbone), duration).eval()
+    shipped = save_luna(luna, tokenizer, tmp_path / "luna-fsq", codec={"name": "hash-fsq"})
+    argv = ["luna-realtime", "--init-from", str(shipped), "--shards", str(shards), "--manifest", str(manifest),
+            "--out", str(tmp_path / "run"), "--block-size", "4", "--steps", "2", "--batch-frames", "120",
+            "--max-batch", "4", "--val-every", "0", "--quiet"]
+    assert main(argv) == 0
+    assert main(["luna-realtime-export", str(tmp_path / "run"), "--out", str(tmp_path / "ship"), "--latest"]) == 0
+    assert load_luna_realtime(tmp_path / "ship").bundle.acoustic.config.luna.fsq_levels == LEVELS

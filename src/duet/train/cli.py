@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     codec.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a small, shared CPU)")
     codec.add_argument("--init-from", default=None,
                        help="warm-start a new run from a shipped codec (name or directory; fresh optimizer)")
-    codec.add_argument("--teacher", default=None, help="local WavLM directory for semantic distillation (RVQ)")
+    codec.add_argument("--teacher", default=None, help="semantic distillation of the first codebook (RVQ): whisper (the "
+                       "bundled Whisper tiny.en encoder), whisper:DIR, or a local WavLM directory")
     codec.set_defaults(func=_train_codec)
 
     export = sub.add_parser("codec-export", aliases=["export"],

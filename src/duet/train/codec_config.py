@@ -47,7 +47,7 @@ class CodecTrainConfig:
     adv_weight: float = 1.0
     feature_weight: float = 2.0
     semantic_weight: float = 1.0  # RVQ only, when a teacher is given
-    semantic_teacher: str | None = None  # local WavLM directory (RVQ only)
+    semantic_teacher: str | None = None  # "whisper", "whisper:DIR" or a local WavLM directory (RVQ only)
     # Fine-tune the decoder alone (encoder and quantiser frozen, in eval mode: codes, and so every model trained
     # on them, stay valid); with --init-from a shipped codec. The decoder then always sees all codebooks.
     decoder_only: bool = False

@@ -79,9 +79,9 @@ class CodecTrainer(StepRunner):
         self.disc = CodecDiscriminator(cfg.disc) if cfg.disc_start_step is not None else None
         self.teacher = None
         if cfg.semantic_teacher:
-            from duet.codecs.semantic import WavLMTeacher
+            from duet.codecs.semantic import load_teacher
 
-            self.teacher = WavLMTeacher.from_pretrained(cfg.semantic_teacher)
+            self.teacher = load_teacher(cfg.semantic_teacher)
             self.model.enable_semantic(self.teacher.hidden_size)
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.opt_g = torch.optim.AdamW(trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)

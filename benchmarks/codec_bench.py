@@ -8,6 +8,8 @@ corpus splits by text) of several voices (the most frequent ones), or of the voi
   per-utterance rates and pooled over the set (all errors / all reference words: steadier on short utterances),
   and their ratios (the issue's target: at most 1.3x);
 - PESQ-WB, STOI and MCD (trim-aligned) of the reconstruction against the original at the codec's rate;
+- DNSMOS (P.835 OVRL, SIG, BAK and P.808; reference-free, ``duet.eval.dnsmos``) of the originals and of the
+  reconstructions: how natural each sounds, which the codec decoder caps for every model that speaks through it;
 - encode and decode speed as multiples of real time (audio seconds / compute seconds, batch 1, ``--threads``).
 Prints a Markdown table and writes it, with the raw per-utterance numbers as JSON, next to ``--out``.
 """
@@ -28,6 +30,7 @@ from duet.audio import load_audio, save_audio
 from duet.codecs import load
 from duet.errors import DuetError
 from duet.eval.asr import Transcriber
+from duet.eval.dnsmos import DNSMOS
 from duet.eval.signal import MCDConfig, mel_cepstral_distance, pesq_wb, stoi
 from duet.eval.wer import aggregate, word_error
 from duet.train.audio_crops import ManifestEntry, read_manifest
@@ -59,7 +62,12 @@ def time_it(fn, *args):
     return out, time.perf_counter() - t0
 
 
-def bench_codec(name: str, utts: list[ManifestEntry], asr: Transcriber, save_dir: Path | None) -> dict:
+def dnsmos_of(mos: DNSMOS, audio, sample_rate: int) -> dict[str, float]:
+    score = mos.score(audio, sample_rate)
+    return {"ovrl": score.ovrl, "sig": score.sig, "bak": score.bak, "p808": score.p808}
+
+
+def bench_codec(name: str, utts: list[ManifestEntry], asr: Transcriber, mos: DNSMOS, save_dir: Path | None) -> dict:
     codec = load(name)
     sr = codec.sample_rate
     warm = torch.zeros(1, sr)
@@ -80,6 +88,7 @@ def bench_codec(name: str, utts: list[ManifestEntry], asr: Transcriber, save_dir
             except DuetError:
                 row[metric] = None
         row["mcd"] = mel_cepstral_distance(audio, recon, sr, MCDConfig(align="trim"))
+        row.update(dnsmos_of(mos, recon, sr))
         rows.append(row)
         if save_dir is not None:
             save_audio(save_dir / Path(name).name / f"{e.id}.wav", recon, sr)
@@ -102,6 +111,10 @@ def fmt(v, spec=".3f"):
     return "-" if v is None else format(v, spec)
 
 
+def mos_cells(rows: list[dict]) -> str:
+    return " | ".join(fmt(summarize(rows, key), ".2f") for key in ("ovrl", "sig", "bak", "p808"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--codecs", nargs="+", default=["duet-fsq", "duet-rvq"])
@@ -119,17 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     utts = pick_utterances(Path(args.manifest), args.split, args.speakers, args.num_speakers, args.per_speaker,
                            args.language)
-    asr = Transcriber()
+    asr, mos = Transcriber(), DNSMOS()
     originals = []
     for e in utts:
         audio, sr = load_audio(e.path)
         hyp = asr.transcribe(audio, sr)
         originals.append({"id": e.id, "speaker": e.speaker, "hyp": hyp, "wer": word_error(e.text, hyp).rate,
-                          "text": e.text})
+                          "text": e.text, **dnsmos_of(mos, audio, sr)})
     results = []
     for name in args.codecs:
         try:
-            results.append(bench_codec(name, utts, asr, Path(args.save_audio) if args.save_audio else None))
+            results.append(bench_codec(name, utts, asr, mos, Path(args.save_audio) if args.save_audio else None))
         except DuetError as err:
             print(f"skipping {name}: {err}", file=sys.stderr)
 
@@ -138,10 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"`{command}`", "", f"Codec benchmark: {len(utts)} held-out ({args.split}) utterances, {len(speakers)} voices, "
              f"{sum(r['seconds'] for r in results[0]['rows']) if results else 0:.0f} s of audio; "
              f"torch threads {args.threads}; Whisper tiny.en WER: mean of per-utterance rates (Seed-TTS-eval) and "
-             "pooled (all errors / all reference words), each with its ratio recon / orig.", "",
+             "pooled (all errors / all reference words), each with its ratio recon / orig; DNSMOS of the "
+             "reconstructions, the originals' on the `original` rows.", "",
              "| codec | voice | n | WER orig | WER recon | ratio | pooled orig | pooled recon | pooled ratio | PESQ-WB "
-             "| STOI | MCD dB | encode xRT | decode xRT |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| STOI | MCD dB | OVRL | SIG | BAK | P.808 | encode xRT | decode xRT |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for spk in speakers + ["all"]:
+        rows = [o for o in originals if spk in ("all", o["speaker"])]
+        orig = aggregate([word_error(o["text"], o["hyp"]) for o in rows])
+        lines.append(f"| original | {spk} | {len(rows)} | {fmt(orig.mean)} | | | {fmt(orig.pooled)} | | | | | "
+                     f"| {mos_cells(rows)} | | |")
     text = {o["id"]: o["text"] for o in originals}
     for res in results:
         for spk in speakers + ["all"]:
@@ -156,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {res['codec']} | {spk} | {len(rows)} | {fmt(orig.mean)} | {fmt(rec.mean)} "
                          f"| {fmt(ratio, '.2f')} | {fmt(orig.pooled)} | {fmt(rec.pooled)} | {fmt(pooled_ratio, '.2f')} "
                          f"| {fmt(summarize(rows, 'pesq'), '.2f')} | {fmt(summarize(rows, 'stoi'))} "
-                         f"| {fmt(summarize(rows, 'mcd'), '.2f')} | {enc_x:.0f} | {dec_x:.0f} |")
+                         f"| {fmt(summarize(rows, 'mcd'), '.2f')} | {mos_cells(rows)} | {enc_x:.0f} | {dec_x:.0f} |")
     lines.append("")
     for res in results:
         lines.append(f"{res['codec']}: {json.dumps(res['info'])}")

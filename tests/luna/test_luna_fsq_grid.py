@@ -222,6 +222,7 @@ def test_training_on_fsq_shards_with_the_maskgit_objective_exports_a_model_of_th
 
 def test_a_models_decoding_defaults_reach_its_runtime_and_requests_still_override_them(tmp_path):
     from duet.tts.luna import load_luna_runtime
+    from duet.tts.luna_realtime import load_realtime_runtime
 
     path = write_tiny_luna(tmp_path, fsq=True)
     meta = json.loads((path / "config.json").read_text())
@@ -229,6 +230,11 @@ def test_a_models_decoding_defaults_reach_its_runtime_and_requests_still_overrid
     runtime = load_luna_runtime(path)
     assert (runtime.config.decode.temperature, runtime.config.decode.cfg_scale) == (0.0, 1.0)
     assert runtime.config.decode.steps == 32  # keys it does not name keep the runtime's defaults
+    realtime = write_tiny_luna_realtime(tmp_path / "rt", fsq=True)
+    meta = json.loads((realtime / "config.json").read_text())
+    (realtime / "config.json").write_text(json.dumps({**meta, "decode": {"temperature": 0.0}}))
+    stream = load_realtime_runtime(realtime).config.stream.decode
+    assert (stream.temperature, stream.steps) == (0.0, 8)  # Realtime's per-block default steps stay
     speaker = duet.load(path)
     default = speaker.speak("Hello there.", seed=0, steps=2).audio
     assert (default == speaker.speak("Hello there.", seed=0, steps=2, temperature=0.0, cfg_scale=1.0).audio).all()
@@ -283,5 +289,11 @@ def test_realtime_continues_an_fsq_luna_on_fsq_shards(tmp_path, capsys):
             "--out", str(tmp_path / "run"), "--block-size", "4", "--steps", "2", "--batch-frames", "120",
             "--max-batch", "4", "--val-every", "0", "--quiet"]
     assert main(argv) == 0
-    assert main(["luna-realtime-export", str(tmp_path / "run"), "--out", str(tmp_path / "ship"), "--latest"]) == 0
-    assert load_luna_realtime(tmp_path / "ship").bundle.acoustic.config.luna.fsq_levels == LEVELS
+    assert main(["luna-realtime-export", str(tmp_path / "run"), "--out", str(tmp_path / "ship"), "--latest",
+                 "--temperature", "0", "--steps", "4"]) == 0
+    shipped = load_luna_realtime(tmp_path / "ship")
+    assert shipped.bundle.acoustic.config.luna.fsq_levels == LEVELS
+    assert shipped.decode == {"temperature": 0.0, "steps": 4}
+    assert main(["luna-realtime-export", str(tmp_path / "run"), "--out", str(tmp_path / "bad"), "--latest",
+                 "--temperature", "-1"]) == 2
+    assert "temperature must be >= 0" in capsys.readouterr().err

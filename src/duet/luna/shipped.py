@@ -70,9 +70,10 @@ def load_luna(path: str | Path, device: str | torch.device = "cpu") -> LoadedLun
 
 def save_luna_realtime(bundle: RealtimeBundle, tokenizer_file: str | Path, out_dir: str | Path, *,
                        codec: dict[str, Any] | None = None, info: dict[str, Any] | None = None,
-                       dtype: torch.dtype = torch.float16) -> Path:
-    """Write a Realtime bundle + its tokenizer as a shippable directory (``"type": "luna-realtime"``)."""
-    return _save(REALTIME_TYPE, bundle, tokenizer_file, out_dir, codec, info, dtype)
+                       dtype: torch.dtype = torch.float16, decode: dict[str, Any] | None = None) -> Path:
+    """Write a Realtime bundle + its tokenizer as a shippable directory (``"type": "luna-realtime"``); ``decode``:
+    its decoding defaults per block."""
+    return _save(REALTIME_TYPE, bundle, tokenizer_file, out_dir, codec, info, dtype, decode)
 
 
 def _save(kind: str, bundle: LunaBundle | RealtimeBundle, tokenizer_file: str | Path, out_dir: str | Path,

@@ -53,7 +53,7 @@ Shape legend: R session rows (1, or 2 with CFG), B_k frames per block, Q codeboo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -271,5 +271,7 @@ def load_realtime_runtime(path: str | Path, codec: str | None = None, device: st
 
     loaded = load_luna_realtime(path, device=device)
     bundle = loaded.bundle
+    stream = config.stream  # the model's own decoding defaults, where it has them
+    config = replace(config, stream=replace(stream, decode=replace(stream.decode, **loaded.decode)))
     return RealtimeRuntime(bundle.acoustic, bundle.duration, loaded.tokenizer, codec_of(loaded, codec, device),
                            name or loaded.path.name, config)

@@ -190,12 +190,16 @@ def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration-only", action="store_true", default=None,
                    help="train the duration predictor alone (with --init-from: retrain a shipped model's predictor)")
 
-    e = driver.add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 safetensors)",
-                                 "checkpoints/luna-tiny", export_luna, export_decode)
-    e.add_argument("--steps", type=int, default=None, help="the refinement steps duet speak and duet serve use for "
-                   "this model by default")
-    e.add_argument("--temperature", type=float, default=None, help="their default token temperature (0: greedy)")
-    e.add_argument("--cfg-scale", type=float, default=None, help="their default CFG scale (1: off)")
+    add_decode_flags(driver.add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 "
+                                              "safetensors)", "checkpoints/luna-tiny", export_luna, export_decode))
+
+
+def add_decode_flags(export: argparse.ArgumentParser) -> None:
+    """The decoding defaults a Luna export carries (``luna-export``, ``luna-realtime-export``)."""
+    export.add_argument("--steps", type=int, default=None, help="the refinement steps duet speak and duet serve use "
+                        "for this model by default (Realtime: per block)")
+    export.add_argument("--temperature", type=float, default=None, help="their default token temperature (0: greedy)")
+    export.add_argument("--cfg-scale", type=float, default=None, help="their default CFG scale (1: off)")
 
 
 def export_decode(args: argparse.Namespace) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from duet.train import recipe as driver
 from duet.train.checkpoint import latest_checkpoint
 from duet.train.loop import LoopConfig
 from duet.train.objectives.luna import LunaRealtimeDiffusion
-from duet.train.recipes.luna import luna_data_options
+from duet.train.recipes.luna import add_decode_flags, export_decode, luna_data_options
 from duet.train.runner import LoopResult
 
 DEFAULT_PRESET = "luna-realtime-tiny"
@@ -136,14 +136,15 @@ def train_luna_realtime(cfg: RealtimeTrainConfig | None, run_dir: str | Path, *,
 
 
 def export_luna_realtime(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-                         best: bool = True) -> Path:
+                         best: bool = True, decode: dict[str, Any] | None = None) -> Path:
     """A run's checkpoint (best by validation loss by default, else the latest) -> the shipped format
     (``duet.luna.shipped.save_luna_realtime``: fp16, ``"type": "luna-realtime"``, tokenizer, codec, the frozen
-    duration predictor). ``duet.load`` speaks with it through ``duet.tts.luna_realtime.RealtimeRuntime``."""
+    duration predictor). ``duet.load`` speaks with it through ``duet.tts.luna_realtime.RealtimeRuntime``.
+    ``decode``: its decoding defaults per block (``duet.luna.shipped.DECODE_KEYS``)."""
     run = driver.load_run(run_dir, RealtimeTrainConfig, lambda cfg: RealtimeBundle(cfg.model, cfg.duration),
                           "Luna Realtime", checkpoint, best)
     info = {"preset": run.config.name, "init_from": run.state.get("init_from"), **run.info}
-    return save_luna_realtime(run.module, run.tokenizer, out_dir, codec=run.codec, info=info)
+    return save_luna_realtime(run.module, run.tokenizer, out_dir, codec=run.codec, info=info, decode=decode)
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
@@ -161,8 +162,9 @@ def add_train_realtime_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=int, default=None, help="frames per block (default 32 = 1.28 s)")
     p.add_argument("--end-weight", type=float, default=None, help="weight of the end-of-speech BCE (default 1)")
 
-    driver.add_export_parser(subparsers, "luna-realtime-export", "write a Luna Realtime run as a shipped model (fp16)",
-                             "checkpoints/luna-realtime-tiny", export_luna_realtime)
+    add_decode_flags(driver.add_export_parser(subparsers, "luna-realtime-export", "write a Luna Realtime run as a "
+                                              "shipped model (fp16)", "checkpoints/luna-realtime-tiny",
+                                              export_luna_realtime, export_decode))
 
 
 def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:

@@ -13,7 +13,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "duet"
 
 LAYERS = [
-    {"errors", "config_io", "audio", "command", "finish", "limits"},  # leaves: errors, config plumbing, audio files,
+    {"errors", "config_io", "audio", "command", "finish", "limits", "bundled"},  # leaves: errors, config plumbing,
+    # audio files, weights that ship inside wheels,
     # a command, how a generation ended, the bounds on a request's numbers
     {"nn", "text"},  # transformer building blocks and masks; text normalisation, tokenizers, phonemes
     {"codecs"},

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from duet.audio import resample
+from duet.bundled import whisper_tiny_en
 from duet.errors import DuetError, MissingDependency
 
 TEACHER_RATE = 16_000
@@ -99,15 +100,13 @@ class WhisperTeacher(nn.Module):
 
     @classmethod
     def from_directory(cls, path: str | Path | None = None, threads: int = 1) -> "WhisperTeacher":
-        """A CTranslate2 Whisper directory; None: the bundled tiny.en (``duet.eval.asr``)."""
+        """A CTranslate2 Whisper directory; None: the bundled tiny.en (``duet.bundled``)."""
         try:
             import ctranslate2
             from faster_whisper.feature_extractor import FeatureExtractor
         except ModuleNotFoundError as err:
             raise MissingDependency("ctranslate2 and faster-whisper", "pip install -e '.[eval]'") from err
-        from duet.eval.asr import default_model_path
-
-        root = Path(path) if path else default_model_path()
+        root = Path(path) if path else whisper_tiny_en()
         if not (root / "model.bin").is_file():
             raise DuetError(f"{root} is not a CTranslate2 Whisper directory (no model.bin)")
         model = ctranslate2.models.Whisper(str(root), device="cpu", compute_type="float32", intra_threads=threads)

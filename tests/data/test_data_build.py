@@ -97,3 +97,28 @@ def test_partial_build_then_finish_then_reuse(tmp_path):
     assert a == b
     u = b[0]
     assert (tmp_path / "b" / u.path).samefile(tmp_path / "a" / u.path)  # linked, not rendered again
+
+
+def test_synthesisers_read_the_text_as_inference_prepares_it(tmp_path, monkeypatch):
+    """A synthesiser is handed the manifest text normalised as every model reads it (numbers, money and titles
+    written out), so the audio, its timing and a model's tokens say the same words; the manifest keeps the text."""
+    import duet.data.build as build
+    from duet.data.plan import CorpusPreset, SpeakerQuota
+    from duet.data.presets import espeak
+    from duet.text.prompts import prepare_input
+
+    seen: dict[str, str] = {}
+    render = build.render_batch
+
+    def spy(renderer, items):
+        seen.update((item.id, item.text) for item in items)
+        return render(renderer, items)
+
+    monkeypatch.setattr(build, "render_batch", spy)
+    preset = CorpusPreset(name="mini", voices=(SpeakerQuota(espeak("en-us"), sentences=6),), batch_size=3,
+                          en_templates=20, val_fraction=0.0, test_fraction=0.0)
+    build_corpus(preset, tmp_path, workers=1, progress=False)
+    rows = read_manifest(tmp_path / "manifest.jsonl")
+    assert rows and {u.id for u in rows} == set(seen)
+    assert all(seen[u.id] == prepare_input(u.text, u.language) for u in rows)
+    assert prepare_input("Dr. Lee paid $5 in 1990.") == "Doctor Lee paid five dollars in nineteen ninety."

@@ -38,6 +38,7 @@ from duet.data.plan import CorpusPreset, PlannedUtterance, plan_corpus
 from duet.data.sources.base import Renderer, RenderItem, finished_duration
 from duet.data.summary import summarize, write_summary
 from duet.data.timing import timing_path
+from duet.text.prompts import prepare_input
 
 MANIFEST_NAME = "manifest.jsonl"
 _MAX_EXAMPLES = 10  # failure messages kept verbatim in the summary
@@ -83,11 +84,18 @@ def _batches(todo: list[PlannedUtterance], size: int) -> list[list[PlannedUttera
     return [b for group in itertools.zip_longest(*per_speaker) for b in group if b]
 
 
+def spoken_text(u: PlannedUtterance) -> str:
+    """What a synthesiser reads: the text as every model reads it at inference (``duet.text.prompts.prepare_input``:
+    English numbers, money and abbreviations written out; tags kept), so the audio, its timing sidecar and a model's
+    tokens say the same words. The manifest keeps the text as written; recordings are read as they are."""
+    return u.text if u.origin else prepare_input(u.text, u.language)
+
+
 def _run(
     batches: list[list[PlannedUtterance]], root: Path, workers: int
 ) -> Iterator[tuple[list[PlannedUtterance], list[tuple[float | None, str | None]]]]:
     def items(batch: list[PlannedUtterance]) -> list[RenderItem]:
-        return [RenderItem(u.id, u.text, str(root / u.path), u.origin) for u in batch]
+        return [RenderItem(u.id, spoken_text(u), str(root / u.path), u.origin) for u in batch]
 
     if workers <= 1:
         for batch in batches:

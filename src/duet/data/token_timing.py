@@ -74,14 +74,16 @@ def _ipa_timings(utterances: Sequence[Utterance], timings: dict, voice: str) -> 
     """Sidecars in a synthesiser's own phone set (Festival, Flite) -> IPA timing of the text's espeak-ng reading in
     ``voice`` (:func:`duet.data.timing.ipa_from_words`): id -> Timing, or None where the words do not match."""
     from duet.text.phonemes import phonemize_many
+    from duet.text.prompts import prepare_input
 
     if not utterances:
         return {}
-    words = [text_words(u.text) for u in utterances]
+    spoken = [prepare_input(u.text, u.language) for u in utterances]  # what the voice read (duet.data.build)
+    words = [text_words(text) for text in spoken]
     vocab = sorted({w for ws in words for w in ws})
     word_ipa = dict(zip(vocab, phonemize_many(vocab, voice), strict=True))
     out = {}
-    for u, ipa, ws in zip(utterances, phonemize_many([u.text for u in utterances], voice), words, strict=True):
+    for u, ipa, ws in zip(utterances, phonemize_many(spoken, voice), words, strict=True):
         timing = timings[u.id]
         if [w for w, _, _ in timing.words] != ws:  # a sidecar of another text, or of another word rule
             out[u.id] = None

@@ -8,7 +8,8 @@ scale and pitch: `duet.data.voice_effects.timbre_shift`, which makes another spe
 timing); the seed makes each text's audio reproducible.
 
 Input. The text's IPA from `duet.text.phonemes.phonemize` (espeak-ng `en-us`, punctuation kept between pieces), so
-training code recomputes the exact string the voice read from the text alone. Ids as piper-phonemize lays them
+training code recomputes the exact string the voice read from the text alone (the corpus build hands every
+synthesiser the text as inference prepares it: `duet.data.build.spoken_text`). Ids as piper-phonemize lays them
 out for training: BOS `^`, pad `_`, then each IPA character's id followed by a pad, then EOS `$`. A divergence
 from `piper`: the whole text is one utterance (piper synthesises sentence by sentence with 0.2 s between them);
 corpus texts are one sentence, which is the same thing. Characters absent from the id map are dropped and counted

@@ -25,7 +25,9 @@ from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 
 KNOWN = ("duet-fsq", "duet-rvq")  # codec types (config.json "type")
-SHIPPED = KNOWN + ("duet-fsq-causal",)  # names under checkpoints/: duet-fsq-causal is a duet-fsq (causal decoder)
+# Names under checkpoints/: duet-fsq-causal is a duet-fsq with a causal decoder; duet-fsq-joe a duet-fsq whose
+# decoder was fine-tuned on the joe voice alone (the same encoder and codes), the codec the joe models decode with.
+SHIPPED = KNOWN + ("duet-fsq-causal", "duet-fsq-joe")
 FORMAT_VERSION = 1
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "duet"
 
 LAYERS = [
-    {"errors", "config_io", "audio", "command", "finish", "limits", "bundled"},  # leaves: errors, config plumbing,
+    {"errors", "config_io", "audio", "command", "finish", "limits", "bundled", "checkpoint_dir"},  # leaves: errors,
+    # config plumbing, checkpoint files,
     # audio files, weights that ship inside wheels,
     # a command, how a generation ended, the bounds on a request's numbers
     {"nn", "text"},  # transformer building blocks and masks; text normalisation, tokenizers, phonemes
@@ -87,3 +88,34 @@ def test_no_import_circle_between_packages_beyond_the_known_exceptions():
             if node not in seen:
                 seen.add(node)
                 stack.extend(edges.get(node, ()))
+
+
+def module_imports() -> dict[str, set[str]]:
+    """module -> the duet modules it imports (top-level, lazy and type-checking imports alike), for every module."""
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        name = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "duet":
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in modules and t != name}
+    return edges
+
+
+def test_no_import_circle_between_modules():
+    edges = module_imports()
+    for start in edges:  # a path from ``start`` back to itself?
+        seen, stack = set(), [(nxt, (start, nxt)) for nxt in edges[start]]
+        while stack:
+            node, path = stack.pop()
+            assert node != start, f"an import circle: {' -> '.join(path)}"
+            if node not in seen:
+                seen.add(node)
+                stack.extend((nxt, (*path, nxt)) for nxt in edges[node])

@@ -3,19 +3,17 @@ and where a model's name leads (``resolve_model``: ``<checkpoints root>/<name>``
 family, read from ``config.json`` without loading weights).
 
 ``config.json`` starts ``{"type": FAMILY, "format_version": N, "dtype": "float16", ...}``; what follows is the
-family's (``duet.gepard.checkpoint``, ``duet.luna.checkpoint``). Weights are stored as float16 (half the bytes;
-small models ship in git) and read back as float32; tensor names are the family module's state-dict names, so
-loading is ``load_state_dict``. Each file is written to a temporary name and renamed into place. Never pickle.
+family's (``duet.gepard.checkpoint``, ``duet.luna.shipped``). The files are written and read by
+``duet.checkpoint_dir``, as a codec's are; tensor names are the family module's state-dict names, so loading is
+``load_state_dict``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from duet.checkpoint_dir import check_header, checkpoints_root, read_config, read_weights, write_checkpoint
 from duet.errors import DuetError
 
 if TYPE_CHECKING:  # torch is imported where weights are read or written, so the CLI starts without it
@@ -27,27 +25,9 @@ FILES = ("config.json", "model.safetensors", "tokenizer.json")
 def write_shipped(out_dir: str | Path, kind: str, format_version: int, state: dict[str, torch.Tensor],
                   tokenizer_file: str | Path, body: dict[str, Any], dtype: torch.dtype | None = None) -> Path:
     """Write weights (floating tensors cast to ``dtype``, float16 by default), the tokenizer and ``config.json`` =
-    header + ``body``."""
-    import torch
-    from safetensors.torch import save_file
-
-    dtype = torch.float16 if dtype is None else dtype
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    weights = {k: (v.to(dtype) if v.is_floating_point() else v).detach().contiguous().clone()
-               for k, v in state.items()}
-    tmp = out_dir / "model.safetensors.tmp"
-    save_file(weights, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out_dir / "model.safetensors")
-    tmp = out_dir / "tokenizer.json.tmp"
-    shutil.copyfile(tokenizer_file, tmp)
-    os.replace(tmp, out_dir / "tokenizer.json")
-    meta = {"type": kind, "format_version": format_version, "dtype": str(dtype).removeprefix("torch."), **body}
-    tmp = out_dir / "config.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, out_dir / "config.json")
-    return out_dir
+    header + ``body`` (``duet.checkpoint_dir``)."""
+    return write_checkpoint(out_dir, kind, format_version, state, body, dtype,
+                            extra_files={"tokenizer.json": tokenizer_file})
 
 
 def read_shipped(path: str | Path, kind: str, format_version: int,
@@ -56,25 +36,15 @@ def read_shipped(path: str | Path, kind: str, format_version: int,
 
     ``family`` names the model in errors ("Gepard", "Luna"): a missing file, a directory of another type or format.
     """
-    from safetensors.torch import load_file
-
     from duet.text import get_tokenizer
 
     path = Path(path)
-    files = [path / name for name in FILES]
-    missing = [f.name for f in files if not f.is_file()]
+    missing = [name for name in FILES if not (path / name).is_file()]
     if missing:
         raise DuetError(f"{path} is not a {family} checkpoint (missing {', '.join(missing)})")
-    try:
-        meta = json.loads(files[0].read_text())
-    except json.JSONDecodeError as err:
-        raise DuetError(f"{files[0]} is not JSON: {err}") from err
-    if meta.get("type") != kind:
-        raise DuetError(f"{path} holds a {meta.get('type')!r} checkpoint, not a {family} model")
-    if meta.get("format_version") != format_version:
-        raise DuetError(f"{path}: {family} checkpoint format {meta.get('format_version')} is not supported")
-    weights = {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(files[1])).items()}
-    return meta, weights, get_tokenizer(files[2])
+    meta = read_config(path)
+    check_header(path, meta, kind, format_version, f"a {family} model")
+    return meta, read_weights(path), get_tokenizer(path / "tokenizer.json")
 
 
 MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny", "gepard-clone-tiny")  # `duet speak --model` knows by name
@@ -83,8 +53,6 @@ DEFAULT_MODEL = MODELS[0]  # what a bare `duet speak` speaks with and a bare `du
 
 def resolve_model(name_or_path: str | Path) -> Path:
     """A shipped model name or a checkpoint directory -> the directory (with a clear error when absent)."""
-    from duet.codecs.registry import checkpoints_root
-
     path = Path(name_or_path)
     if path.is_dir():
         return path
@@ -99,8 +67,4 @@ def resolve_model(name_or_path: str | Path) -> Path:
 def model_type(name_or_path: str | Path) -> tuple[Path, str]:
     """-> (directory, its config.json "type") without loading any weights."""
     path = resolve_model(name_or_path)
-    try:
-        kind = json.loads((path / "config.json").read_text()).get("type")
-    except (OSError, json.JSONDecodeError) as err:
-        raise DuetError(f"{path / 'config.json'} is missing or not JSON: {err}") from err
-    return path, kind
+    return path, read_config(path).get("type")

@@ -8,11 +8,12 @@ import soundfile as sf
 import torch
 from safetensors import safe_open
 
+from duet.checkpoint_dir import checkpoints_root
 from duet.codecs import load
 from duet.codecs.base import bitrate
 from duet.codecs.cli import register
 from duet.codecs.fsq_codec import FSQCodec, FSQCodecConfig
-from duet.codecs.registry import KNOWN, checkpoints_root, save_pretrained
+from duet.codecs.registry import KNOWN, save_pretrained
 from duet.errors import DuetError
 
 TINY = FSQCodecConfig(n_mels=20, enc_sub_dim=16, enc_sub_blocks=1, enc_dim=32, enc_blocks=1, dec_dim=32,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from duet.checkpoint_dir import checkpoints_root
 from duet.codecs.fsq import FSQConfig
-from duet.codecs.registry import checkpoints_root
 from duet.errors import DuetError
 from duet.serve.vllm.engine import GepardVLLM, VLLMConfig, VLLMGepardAdapter, load_vllm_adapter
 from duet.serve.vllm.export import VLLMModelDir, is_vllm_export

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import duet
-from duet.codecs.registry import checkpoints_root
+from duet.checkpoint_dir import checkpoints_root
 from duet.tts import MODELS
 
 SHIPPED = [name for name in MODELS if (checkpoints_root() / name / "config.json").is_file()]

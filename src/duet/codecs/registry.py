@@ -6,21 +6,19 @@ A shipped codec is a directory with two files and nothing executable:
 - ``model.safetensors``: the weights, stored as float16 to halve the size, loaded back as float32.
 Never pickle: no ``torch.load``, no ``.bin``.
 
-Names resolve to ``<checkpoints root>/<name>``; the root is ``$DUET_CHECKPOINTS`` when set, else the
-``checkpoints/`` directory of the source checkout this package lives in.
+The files are written and read by ``duet.checkpoint_dir``, as a model's are. Names resolve to
+``<checkpoints root>/<name>`` (``duet.checkpoint_dir.checkpoints_root``).
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
+from duet.checkpoint_dir import check_header, checkpoints_root, read_config, read_weights, write_checkpoint
 from duet.config_io import from_dict, to_dict
 from duet.errors import DuetError
 
@@ -54,13 +52,6 @@ def build(kind: str, config: Any = None) -> nn.Module:
     return model_cls(config)
 
 
-def checkpoints_root() -> Path:
-    env = os.environ.get("DUET_CHECKPOINTS")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "checkpoints"  # src/duet/codecs/registry.py -> repo root
-
-
 def resolve(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.is_dir():
@@ -83,36 +74,20 @@ def _training_only(key: str) -> bool:
 
 def save_pretrained(model: nn.Module, out_dir: str | Path, dtype: torch.dtype = torch.float16,
                     info: dict[str, Any] | None = None) -> Path:
-    """Write ``model`` (an FSQCodec or RVQCodec) as a shippable directory; returns it."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    weights = {k: (v.to(dtype) if v.is_floating_point() else v).detach().contiguous().clone()
-               for k, v in model.state_dict().items() if not _training_only(k)}
-    tmp = out_dir / "model.safetensors.tmp"
-    save_file(weights, str(tmp), metadata={"format": "pt"})
-    os.chmod(tmp, 0o644)  # safetensors creates files owner-only; a shipped checkpoint is for everyone to read
-    os.replace(tmp, out_dir / "model.safetensors")
-    meta = {"type": model.name, "format_version": FORMAT_VERSION, "dtype": str(dtype).removeprefix("torch."),
-            "config": to_dict(model.cfg), "info": info or {}}
-    (out_dir / "config.json.tmp").write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(out_dir / "config.json.tmp", out_dir / "config.json")
-    return out_dir
+    """Write ``model`` (an FSQCodec or RVQCodec) as a shippable directory (``duet.checkpoint_dir``); returns it."""
+    state = {k: v for k, v in model.state_dict().items() if not _training_only(k)}
+    return write_checkpoint(out_dir, model.name, FORMAT_VERSION, state,
+                            {"config": to_dict(model.cfg), "info": info or {}}, dtype)
 
 
 def load(name_or_path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
     """A codec ready for inference (eval mode, float32) from a shipped name or a directory."""
     path = resolve(name_or_path)
-    try:
-        meta = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise DuetError(f"{path / 'config.json'} is missing or not JSON: {err}") from err
-    if meta.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
-        raise DuetError(f"{path} was written by a newer duet (format {meta['format_version']})")
-    model = build(meta.get("type", ""), meta.get("config", {}))
-    weights_path = path / "model.safetensors"
-    if not weights_path.is_file():
-        raise DuetError(f"{path} has no model.safetensors")
-    weights = load_file(str(weights_path))
+    meta = read_config(path)
+    kind = meta.get("type", "")
+    model = build(kind, meta.get("config", {}))
+    check_header(path, meta, kind, FORMAT_VERSION, f"a {kind} codec")
+    weights = read_weights(path)
     reference = model.state_dict()
     weights = {k: v.to(reference[k].dtype) if k in reference else v for k, v in weights.items()}
     for key in reference:  # refill the EMA statistics as k-means initialisation leaves them: count 1, sum = code
@@ -122,6 +97,6 @@ def load(name_or_path: str | Path, device: str | torch.device = "cpu") -> nn.Mod
             weights[key] = torch.ones_like(reference[key])
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if missing or unexpected:
-        raise DuetError(f"{weights_path} does not fit a {meta['type']} of this config: "
+        raise DuetError(f"{path / 'model.safetensors'} does not fit a {kind} of this config: "
                         f"missing {missing[:5]}, unexpected {unexpected[:5]}")
     return model.to(device).eval()

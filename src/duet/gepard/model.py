@@ -51,8 +51,7 @@ from duet.gepard.alignment import GuidedAttentionConfig, guided_attention_loss
 from duet.gepard.audio_interface import AudioInterface
 from duet.gepard.config import GepardConfig
 from duet.gepard.heads import FrameLogits, GepardHeads
-from duet.gepard.qformer import QFormer, QFormerOutput
-from duet.gepard.voice import voice_regularisers
+from duet.gepard.qformer import QFormer, QFormerOutput, voice_regularisers
 from duet.nn.aligned import AlignedInput
 from duet.nn.backbone import build_qwen3, new_cache, run_backbone, run_backbone_attentions
 

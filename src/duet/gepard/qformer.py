@@ -307,3 +307,19 @@ class QFormer(nn.Module):
         is_null = null_prefix_rows(no_speaker, self.config.cfg_dropout_prob, self.training, generator)
         prefix = torch.where(is_null[:, None, None], self.null(codes.shape[0]).to(prefix_raw.dtype), prefix_raw)
         return QFormerOutput(prefix=prefix, prefix_raw=prefix_raw, q_normed=q_normed, is_null=is_null)
+
+
+def voice_regularisers(out: QFormerOutput, reference_mask: torch.Tensor, speaker_ids: torch.Tensor,
+                       no_speaker: torch.Tensor) -> dict[str, torch.Tensor]:
+    """L_div and L_supcon (§2.5, ``duet.gepard.qformer``) over the rows that have a reference -> {"div", "supcon"}.
+
+    A row without a reference frame encoded nothing (its q_normed is the queries' reading of padding), so it takes
+    no part; neither does a null-sentinel row in L_supcon (its speaker id is no identity). Rows the dropout sent to
+    ``null_prefix`` still count: their compressor output is real, only the decoder did not read it. Both terms are
+    a zero with a graph when no row qualifies.
+    """
+    has_reference = reference_mask.any(dim=1)  # (B,)
+    q = out.q_normed  # (B, K, D)
+    div = diversity_loss(q[has_reference]) if bool(has_reference.any()) else q.sum() * 0.0
+    supcon = supcon_loss(q, speaker_ids, valid=has_reference & ~no_speaker)
+    return {"div": div, "supcon": supcon}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -37,10 +37,7 @@ import torch
 from duet.codecs.base import Codec
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
-from duet.gepard.qformer import QFormerOutput, diversity_loss, supcon_loss
-
-if TYPE_CHECKING:  # model.py imports this module
-    from duet.gepard.model import GepardModel
+from duet.gepard.model import GepardModel
 
 NO_SPEAKER_ID = -1  # speaker id of a null-sentinel row (it takes no part in L_supcon)
 
@@ -106,22 +103,6 @@ def collate_references(references: Sequence[torch.Tensor | None], channels: int,
             codes[i, :, : ref.shape[1]] = ref
             mask[i, : ref.shape[1]] = True
     return codes, mask
-
-
-def voice_regularisers(out: QFormerOutput, reference_mask: torch.Tensor, speaker_ids: torch.Tensor,
-                       no_speaker: torch.Tensor) -> dict[str, torch.Tensor]:
-    """L_div and L_supcon (§2.5, ``duet.gepard.qformer``) over the rows that have a reference -> {"div", "supcon"}.
-
-    A row without a reference frame encoded nothing (its q_normed is the queries' reading of padding), so it takes
-    no part; neither does a null-sentinel row in L_supcon (its speaker id is no identity). Rows the dropout sent to
-    ``null_prefix`` still count: their compressor output is real, only the decoder did not read it. Both terms are
-    a zero with a graph when no row qualifies.
-    """
-    has_reference = reference_mask.any(dim=1)  # (B,)
-    q = out.q_normed  # (B, K, D)
-    div = diversity_loss(q[has_reference]) if bool(has_reference.any()) else q.sum() * 0.0
-    supcon = supcon_loss(q, speaker_ids, valid=has_reference & ~no_speaker)
-    return {"div": div, "supcon": supcon}
 
 
 def reference_codes(codec: Codec, audio: np.ndarray, max_frames: int, fsq: GroupFSQ | None = None,

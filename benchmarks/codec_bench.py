@@ -11,6 +11,8 @@ corpus splits by text) of several voices (the most frequent ones), or of the voi
 - DNSMOS (P.835 OVRL, SIG, BAK and P.808; reference-free, ``duet.eval.dnsmos``) of the originals and of the
   reconstructions: how natural each sounds, which the codec decoder caps for every model that speaks through it;
 - encode and decode speed as multiples of real time (audio seconds / compute seconds, batch 1, ``--threads``).
+A residual codec named ``NAME@q`` decodes from its first q codebooks only (``duet-rvq@1``: what codebook 0 alone
+carries, the semantic anchor's measure).
 Prints a Markdown table and writes it, with the raw per-utterance numbers as JSON, next to ``--out``.
 """
 
@@ -67,8 +69,20 @@ def dnsmos_of(mos: DNSMOS, audio, sample_rate: int) -> dict[str, float]:
     return {"ovrl": score.ovrl, "sig": score.sig, "bak": score.bak, "p808": score.p808}
 
 
-def bench_codec(name: str, utts: list[ManifestEntry], asr: Transcriber, mos: DNSMOS, save_dir: Path | None) -> dict:
+def split_spec(spec: str) -> tuple[str, int | None]:
+    """``NAME`` or ``NAME@q`` -> (the codec's name or directory, the codebooks to decode from; None: all)."""
+    name, sep, q = spec.rpartition("@")
+    if not sep:
+        return spec, None
+    if not q.isdigit() or int(q) < 1:
+        raise DuetError(f"{spec!r}: the part after @ is a number of codebooks (1 or more)")
+    return name, int(q)
+
+
+def bench_codec(spec: str, utts: list[ManifestEntry], asr: Transcriber, mos: DNSMOS, save_dir: Path | None) -> dict:
+    name, codebooks = split_spec(spec)
     codec = load(name)
+    label = Path(name).name + (f"@{codebooks}" if codebooks else "")
     sr = codec.sample_rate
     warm = torch.zeros(1, sr)
     codec.decode(codec.encode(warm).codes)  # first-call allocations out of the timings
@@ -77,7 +91,8 @@ def bench_codec(name: str, utts: list[ManifestEntry], asr: Transcriber, mos: DNS
         audio, _ = load_audio(e.path, sr)
         x = torch.from_numpy(audio).unsqueeze(0)
         enc, t_enc = time_it(codec.encode, x)
-        dec, t_dec = time_it(codec.decode, enc.codes)
+        codes = enc.codes if codebooks is None else enc.codes[:, :codebooks]  # (B, q, T)
+        dec, t_dec = time_it(codec.decode, codes)
         recon = dec.audio[0, : len(audio)].numpy()
         hyp = asr.transcribe(recon, sr)
         row = {"id": e.id, "speaker": e.speaker, "seconds": len(audio) / sr, "enc_s": t_enc, "dec_s": t_dec,
@@ -91,8 +106,8 @@ def bench_codec(name: str, utts: list[ManifestEntry], asr: Transcriber, mos: DNS
         row.update(dnsmos_of(mos, recon, sr))
         rows.append(row)
         if save_dir is not None:
-            save_audio(save_dir / Path(name).name / f"{e.id}.wav", recon, sr)
-    return {"codec": Path(name).name, "sample_rate": sr, "rows": rows,
+            save_audio(save_dir / label / f"{e.id}.wav", recon, sr)
+    return {"codec": label, "sample_rate": sr, "rows": rows,
             "info": json.loads((Path(codec_dir(name)) / "config.json").read_text()).get("info", {})}
 
 

@@ -39,7 +39,8 @@ def _crops(cfg):
     return AudioCrops(_clips(sr), sr), AudioCrops(_clips(sr, n=2, seed=1), sr)
 
 
-@pytest.mark.parametrize("name", ["fsq", "rvq", "rvq-decoder", "fsq-decoder", "fsq-tiny", "rvq-tiny"])
+@pytest.mark.parametrize("name", ["fsq", "rvq", "rvq-semantic", "rvq-decoder", "fsq-decoder", "fsq-causal-decoder",
+                                  "fsq-tiny", "rvq-tiny"])
 def test_presets_build_and_round_trip_json(name):
     cfg = preset(name)
     assert from_dict(CodecTrainConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg

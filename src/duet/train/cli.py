@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
 
     codec = sub.add_parser("codec", help="train duet-fsq or duet-rvq")
     codec.add_argument("--config", default=None,
-                       help="preset (fsq, rvq, fsq-decoder, rvq-decoder, fsq-tiny, rvq-tiny) or a JSON file; "
+                       help="preset (fsq, rvq, rvq-semantic, fsq-decoder, fsq-causal-decoder, rvq-decoder, fsq-tiny, "
+                            "rvq-tiny) or a JSON file; "
                             "optional with --resume")
     codec.add_argument("--manifest", default="data/base/manifest.jsonl", help="corpus manifest (train/val splits)")
     codec.add_argument("--out", default=None, help="run directory (default runs/duet-fsq or runs/duet-rvq)")

@@ -85,6 +85,14 @@ def preset(name: str) -> CodecTrainConfig:
         from duet.codecs.rvq_codec import RVQCodecConfig
 
         return CodecTrainConfig(kind="duet-rvq", model=RVQCodecConfig(), max_steps=14_000, disc_start_step=8_000)
+    if name == "rvq-semantic":
+        from duet.codecs.rvq_codec import RVQCodecConfig
+
+        # The Luna report's semantic anchor added to a shipped duet-rvq (--init-from duet-rvq): encoder,
+        # quantiser and decoder fine-tuned together while the first codebook is distilled towards the bundled
+        # Whisper encoder's features, so that codebook 0 alone carries the words. Spectral losses only.
+        return CodecTrainConfig(kind="duet-rvq", model=RVQCodecConfig(), lr=3e-4, warmup_steps=100, max_steps=4_000,
+                                semantic_teacher="whisper")
     if name == "rvq-decoder":
         from duet.codecs.rvq_codec import RVQCodecConfig
 
@@ -121,7 +129,7 @@ def preset(name: str) -> CodecTrainConfig:
                                enc_transformer_layers=1, enc_heads=2, dec_dim=32, dec_blocks=1, dec_sub_dim=16,
                                dec_sub_blocks=1, rvq=RVQConfig(dim=16, num_quantizers=4, codebook_size=64))
         return _tiny("duet-rvq", model)
-    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-decoder, fsq-decoder, "
+    raise DuetError(f"unknown codec training preset {name!r}: fsq, rvq, rvq-semantic, rvq-decoder, fsq-decoder, "
                     "fsq-causal-decoder, fsq-tiny, "
                     "rvq-tiny or a JSON file")
 

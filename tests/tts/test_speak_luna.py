@@ -233,7 +233,8 @@ def test_cli_refuses_steps_for_gepard(gepard_dir, tmp_path, capsys):
     out = tmp_path / "x.wav"
     assert main(["speak", "Hi.", "-o", str(out), "--model", str(gepard_dir), "--steps", "16"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--steps applies to Luna models only" in err and "gepard" in err and len(err.splitlines()) == 1
+    assert "--steps applies to Luna and Luna Realtime models only" in err and "Gepard model" in err
+    assert len(err.splitlines()) == 1
     assert not out.exists()
     # --speed scales an aligned Gepard's predicted durations; this one has no duration predictor
     assert main(["speak", "Hi.", "-o", str(out), "--model", str(gepard_dir), "--speed", "2"]) == 2

@@ -108,7 +108,7 @@ def test_cli_streams_blocks_to_the_file(model_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, message", [
     (["--steps", "0"], "--steps must be a positive integer"),
-    (["--speed", "2"], "--speed applies to Luna and to an aligned Gepard only"),
+    (["--speed", "2"], "--speed applies to Gepard and Luna models only"),
 ])
 def test_cli_errors_are_one_line_and_write_nothing(model_dir, tmp_path, capsys, extra, message):
     out = tmp_path / "x.wav"

@@ -38,6 +38,7 @@ import numpy as np
 
 from duet.errors import DuetError
 from duet.eval.testset import TestItem
+from duet.families import FAMILIES, Family
 
 
 @dataclass(frozen=True)
@@ -330,18 +331,19 @@ def _mock(arg: str | None, options: SynthOptions) -> Synthesizer:
     return EngineSynthesizer(MockAdapter(), options)
 
 
-def _family(kind: str, default: str) -> SynthFactory:
-    """A shipped model of this family through its serving adapter (``duet.serve.adapter.FamilyAdapter``)."""
+def _family(fam: Family) -> SynthFactory:
+    """A model of this family (default: its first shipped model) through its serving adapter
+    (``duet.serve.adapter.FamilyAdapter``)."""
 
     def factory(arg: str | None, options: SynthOptions) -> Synthesizer:
         from duet.serve.adapter import FamilyAdapter
         from duet.shipped import model_type
         from duet.tts import load_runtime
 
-        target = arg or default
+        target = arg or fam.default_model
         _, found = model_type(target)
-        if found != kind:
-            raise DuetError(f"{target} is a {found} model, not {kind}")
+        if found != fam.name:
+            raise DuetError(f"{target} is a {found} model, not {fam.name}")
         return EngineSynthesizer(FamilyAdapter(load_runtime(target, device=options.device)), options)
 
     return factory
@@ -358,9 +360,7 @@ def _speaker(arg: str | None, options: SynthOptions) -> Synthesizer:
 
 
 _REGISTRY: dict[str, SynthFactory] = {"ground-truth": _ground_truth, "codec": _codec, "mock": _mock,
-                                      "gepard": _family("gepard", "gepard-tiny"), "luna": _family("luna", "luna-tiny"),
-                                      "luna-realtime": _family("luna-realtime", "luna-realtime-tiny"),
-                                      "speaker": _speaker}
+                                      "speaker": _speaker, **{f.name: _family(f) for f in FAMILIES}}
 _ALIASES = {"gt": "ground-truth"}
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from duet.errors import DuetError
+from duet.families import family
 from duet.shipped import MODELS, model_type, resolve_model  # noqa: F401  (duet.tts's names for users)
 
 
@@ -29,19 +29,7 @@ def load_runtime(name_or_path: str | Path, codec: str | None = None, device: str
     """The family runtime (``duet.tts.runtime.FamilyRuntime``) of a shipped model name or a checkpoint directory;
     ``codec`` defaults to the codec the checkpoint was trained on, ``name`` to the directory's name."""
     path, kind = model_type(name_or_path)
-    if kind == "gepard":
-        from duet.tts.gepard import load_gepard_runtime
-
-        return load_gepard_runtime(path, codec=codec, device=device, name=name)
-    if kind == "luna":
-        from duet.tts.luna import load_luna_runtime
-
-        return load_luna_runtime(path, codec=codec, device=device, name=name)
-    if kind == "luna-realtime":
-        from duet.tts.luna_realtime import load_realtime_runtime
-
-        return load_realtime_runtime(path, codec=codec, device=device, name=name)
-    raise DuetError(f"{path} holds a {kind!r} model; duet speaks with: gepard, luna, luna-realtime")
+    return family(kind, str(path)).loader()(path, codec=codec, device=device, name=name)
 
 
 def load(name_or_path: str | Path, device: str = "cpu"):

@@ -51,9 +51,6 @@ from duet.text.tokens import EMOTIONS, emotion_token
 
 FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}
 MAX_CHARS = 20_000  # about 20 minutes of speech; a longer text is refused rather than run for an hour
-LUNA_OPTIONS = {"steps": ("luna", "luna-realtime"), "speed": ("luna", "gepard"),  # flag -> the model types that
-                # take it (a Gepard without aligned input refuses --speed once loaded)
-                "prompt": ("luna",)}
 
 
 def register(subparsers) -> None:
@@ -142,21 +139,18 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
     if speed is not None and not (math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
         raise DuetError(f"--speed must be a number in [{MIN_SPEED:g}, {MAX_SPEED:g}] (1 = as predicted, 2 = twice "
                         f"as fast), got {speed}")
+    from duet.families import FAMILIES, family
     from duet.shipped import model_type
 
     _, kind = model_type(model)
-    refused = [k for k in given if kind not in LUNA_OPTIONS[k]]
+    fam = family(kind, model)
+    refused = [k for k in given if k not in fam.options]
     if refused:
         flags = " and ".join(f"--{k}" for k in refused)
+        takers = " and ".join(f.title for f in FAMILIES if all(k in f.options for k in refused))
         verb = "applies" if len(refused) == 1 else "apply"
-        if refused == ["speed"]:
-            raise DuetError(f"--speed applies to Luna and to an aligned Gepard only; {model} is a {kind} model (it "
-                            "ends by its learned end-of-speech decision: there is no length to scale)")
-        if kind == "luna-realtime":
-            raise DuetError(f"{flags} {verb} to Luna models only, not Luna Realtime; {model} is a {kind} model (it "
-                            "ends by its learned end-of-speech decision: there is no length to scale)")
-        raise DuetError(f"{flags} {verb} to Luna models only; {model} is a {kind} model (it decodes one frame at "
-                        "a time until it stops)")
+        raise DuetError(f"{flags} {verb} to {takers or 'no'} models only; {model} is a {fam.title} model "
+                        f"({fam.how_it_ends})")
     return given
 
 

@@ -150,6 +150,32 @@ def test_semantic_teacher_from_a_local_directory(tmp_path):
     assert load(tmp_path / "out") is not None
 
 
+def test_semantic_distillation_warm_starts_from_a_shipped_codec(tmp_path, monkeypatch):
+    """The rvq-semantic recipe: a shipped codec has no semantic projection; the run adds one and starts from the
+    codec's weights everywhere else, and the export leaves it out again."""
+    from duet.train import codec_loop
+
+    class Teacher(torch.nn.Module):  # a fixed random feature of each frame: enough to drive the projection
+        hidden_size = 8
+
+        def forward(self, audio, sample_rate, frames):  # (B, S) -> (B, T, H)
+            return audio[:, : frames * 8].reshape(audio.shape[0], frames, 8)
+
+    monkeypatch.setattr("duet.codecs.semantic.load_teacher", lambda spec: Teacher())
+    cfg = preset("rvq-tiny")
+    path, train, _ = _shipped(cfg, tmp_path)
+    trainer = codec_loop.CodecTrainer(replace(cfg, semantic_teacher="fake"), train)
+    assert trainer.model.semantic_proj is not None
+    trainer.init_from(path)
+    shipped = load(path).state_dict()
+    for key, value in shipped.items():
+        torch.testing.assert_close(trainer.model.state_dict()[key], value)
+    train_codec(replace(cfg, semantic_teacher="fake"), None, tmp_path / "s", stop_at_step=2, crops=train,
+                progress=False, init_from=path)
+    assert any("semantic" in r for r in read_metrics(tmp_path / "s" / "metrics.jsonl"))
+    assert set(load(export_codec(tmp_path / "s", tmp_path / "s-out")).state_dict()) == set(shipped)
+
+
 def test_load_config_from_json_file(tmp_path):
     path = tmp_path / "c.json"
     write_json(path, replace(preset("fsq-tiny"), batch_size=3))

@@ -127,9 +127,9 @@ class CodecTrainer(StepRunner):
         shipped = registry.load(name_or_path)
         if _weight_shapes(shipped) != _weight_shapes(self.model) or not _same_but_layout(shipped.cfg, self.model.cfg):
             raise DuetError(f"{name_or_path} has a different model config than this run's; cannot warm-start")
-        self.model.load_state_dict(shipped.state_dict())
-        if self.ema is not None:
-            self.ema.shadow.load_state_dict(shipped.state_dict())
+        for module in (self.model, *((self.ema.shadow,) if self.ema is not None else ())):
+            missing, unexpected = module.load_state_dict(shipped.state_dict(), strict=False)
+            assert not unexpected and all(_training_only(k) for k in missing), (missing, unexpected)
 
     def restore(self, ckpt: Path) -> dict[str, Any]:
         """Restore everything from ``ckpt``; discriminators switched on after it was written start fresh."""
@@ -283,7 +283,7 @@ def export_codec(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pat
     model = registry.build(cfg.kind, cfg.model)
     # The EMA weights when the run kept them; the semantic projection only serves distillation during training.
     weights = load_weights(ckpt, "generator_ema") or load_weights(ckpt, "generator")
-    weights = {k: v for k, v in weights.items() if not k.startswith("semantic_proj.")}
+    weights = {k: v for k, v in weights.items() if not _training_only(k)}
     model.load_state_dict(weights, strict=True)
     state = read_state(ckpt)
     extra = state.get("extra", {})
@@ -295,8 +295,14 @@ def export_codec(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pat
     return registry.save_pretrained(model.eval(), out_dir, info=info)
 
 
+def _training_only(key: str) -> bool:
+    """The semantic projection only serves distillation during training: a shipped codec has none."""
+    return key.startswith("semantic_proj.")
+
+
 def _weight_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    """Every weight's shape but the training-only ones: what a warm start must match."""
+    return {k: tuple(v.shape) for k, v in model.state_dict().items() if not _training_only(k)}
 
 
 def _same_but_layout(a: Any, b: Any) -> bool:

@@ -161,7 +161,7 @@ async def cut_one(client: httpx.AsyncClient, server: Server, seed: int, cut_byte
 
 
 async def cut_streams(server: Server, n: int, at_once: int, cut_bytes: int = 8192) -> dict:
-    cancelled = 'duet_engine_finished_total{reason="cancelled"}'
+    cancelled = f'duet_engine_finished_total{{model="{server.model}",reason="cancelled"}}'
     before = metric(httpx.get(f"{server.url}/metrics").text, cancelled)
 
     async def one(seed: int) -> bool:  # a client of its own per stream: leaving it closes the connection
@@ -176,14 +176,14 @@ async def cut_streams(server: Server, n: int, at_once: int, cut_bytes: int = 819
         health = httpx.get(f"{server.url}/health").json()
         text = httpx.get(f"{server.url}/metrics").text
         free = (health["running"] == health["waiting"] == 0 and metric(text, "duet_active_streams") == 0
-                and metric(text, "duet_kv_cache_reserved_bytes") == 0)
+                and metric(text, f'duet_kv_cache_reserved_bytes{{model="{server.model}"}}') == 0)
         if free or time.perf_counter() - t0 > 60:
             break
         await asyncio.sleep(0.05)
     return {"cut": n, "reached_cut_point": reached, "cancelled": int(metric(text, cancelled) - before),
             "all_free": free, "free_after_s": time.perf_counter() - t0, "running": health["running"],
             "waiting": health["waiting"], "active_streams": metric(text, "duet_active_streams"),
-            "kv_reserved_bytes": metric(text, "duet_kv_cache_reserved_bytes")}
+            "kv_reserved_bytes": metric(text, f'duet_kv_cache_reserved_bytes{{model="{server.model}"}}')}
 
 
 async def health_during_digits(server: Server) -> dict:

@@ -228,9 +228,9 @@ def test_metrics_count_requests_after_traffic(api):
     text = client.get("/metrics").text
     assert 'duet_requests_total{method="POST",route="/v1/audio/speech",status="200"} 3' in text
     assert 'duet_requests_total{method="POST",route="/v1/audio/speech",status="400"} 1' in text
-    assert "duet_ttfa_seconds_count 3" in text and "duet_rtf_count 3" in text
-    assert "duet_active_streams 0" in text and "duet_queue_depth 0" in text
-    assert 'duet_engine_finished_total{reason="stop"} 3' in text
+    assert 'duet_ttfa_seconds_count{model="duet-mock"} 3' in text and 'duet_rtf_count{model="duet-mock"} 3' in text
+    assert "duet_active_streams 0" in text and 'duet_queue_depth{model="duet-mock"} 0' in text
+    assert 'duet_engine_finished_total{model="duet-mock",reason="stop"} 3' in text
     for line in text.splitlines():  # every sample line is "name{labels} number"
         if line and not line.startswith("#"):
             float(line.rsplit(" ", 1)[1])

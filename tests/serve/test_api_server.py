@@ -57,7 +57,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(never_stop):
         assert engine.stats().finished["cancelled"] == 2
         assert adapter.live_states == 0 and engine.stats().cache_bytes_used == 0
         metrics = httpx.get(f"{url}/metrics").text
-        assert "duet_active_streams 0" in metrics and "duet_engine_running 0" in metrics
+        assert "duet_active_streams 0" in metrics and 'duet_engine_running{model="duet-mock"} 0' in metrics
         r = httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "after", "max_frames": 3}, timeout=30)
         assert r.status_code == 200 and len(r.content) == 44 + 3 * 320 * 2
 

@@ -329,7 +329,7 @@ def test_duet_serve_engine_vllm(tiny):
         with ThreadPoolExecutor(4) as pool:
             assert list(pool.map(stream, range(4))) == [(200, 30)] * 4
         metrics = httpx.get(f"{url}/metrics").text
-        assert "duet_active_streams 0" in metrics and "duet_engine_running 0" in metrics
+        assert "duet_active_streams 0" in metrics and f'duet_engine_running{{model="{name}"}} 0' in metrics
         children = child_pids(proc.pid)  # vLLM's engine-core process among them
         assert children
         rss = {pid: rss_bytes(pid) for pid in [proc.pid, *children]}

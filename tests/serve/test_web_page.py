@@ -5,7 +5,8 @@ offers a WAV. The test checks that audio arrived as it streamed (several chunks)
 exactly the samples the server sends for the same request outside the browser, and that an API error is shown.
 The mock clones from a clip, so the page offers a reference clip: an uploaded file (chosen through the file input
 as the file dialog would) or a recording from Chromium's fake microphone is sent as ``reference_audio``, a 16-bit
-mono WAV at the server's rate that the server accepts. Skipped only when Debian's chromium is not installed.
+mono WAV at the server's rate that the server accepts. With two models the selector switches voices, sample rate
+and cloning to the chosen model's. Skipped only when Debian's chromium is not installed.
 """
 
 from __future__ import annotations
@@ -224,3 +225,38 @@ def test_type_and_hear_speaks_each_sentence_while_typing(page, server):
     gap = round(0.15 * 16_000)  # TextStreamConfig.gap_seconds between pieces
     assert state["samples"] == 320 * (len(state["pieces"][0]) + len(state["pieces"][1])) + gap
     assert state["wavBytes"] == 44 + 2 * state["samples"]
+
+
+@pytest.fixture(scope="module")
+def two_models():
+    """An in-process server of two mocks: mock-a (16 kHz, clones) and mock-b (24 kHz, no cloning), mock-a's alias."""
+    from serve_testing import uvicorn_server
+
+    from duet.serve.api import ServeConfig, create_app
+    from duet.serve.engine import Engine
+    from duet.serve.mock import MockAdapter, MockConfig
+
+    engines = [Engine(MockAdapter(MockConfig(name="mock-a"))),
+               Engine(MockAdapter(MockConfig(name="mock-b", voices=("bob",), sample_rate=24_000,
+                                             samples_per_frame=480, supports_cloning=False)))]
+    with uvicorn_server(create_app(engines, ServeConfig(model_aliases=(("tts-1", "mock-a"),)))) as url:
+        yield url
+
+
+def test_the_model_selector_switches_voices_rate_and_cloning(two_models):
+    with Browser(two_models + "/") as browser:
+        page = browser.page
+        page.wait_for("window.duet && window.duet.state === 'idle'")
+        assert page.eval("[...document.querySelectorAll('#model option')].map(o => o.value)") == ["mock-a", "mock-b"]
+        assert page.eval("window.duet.sampleRate") == 16_000 and page.eval("window.duet.cloning")
+        page.eval("""(() => { const s = document.querySelector('#model');
+                              s.value = 'mock-b'; s.dispatchEvent(new Event('change')); })()""")
+        page.wait_for("window.duet.state === 'idle' && window.duet.sampleRate === 24000")
+        assert page.eval("[...document.querySelectorAll('#voice option')].map(o => o.value)") == ["bob"]
+        assert page.eval("document.querySelector('#cloning').hidden") and not page.eval("window.duet.cloning")
+        page.type("#text", TEXT)
+        page.click("#speak")
+        page.wait_for("window.duet.state === 'done' || window.duet.state === 'error'")
+        state = page.eval("window.duet")
+        assert state["state"] == "done", state
+        assert state["samples"] == len(TEXT) * 480 and state["wavBytes"] == 44 + 2 * len(TEXT) * 480

@@ -8,7 +8,8 @@
 ``mock``            a weightless adapter + codec (uniform logits, scripted stop) for tests and ``--model mock``
 ``schemas``         request fields, SSE event shapes, ServeConfig and the table of every limit
 ``audio_io``        wav / pcm / flac bytes out, reference clips in
-``metrics``         Prometheus text format
+``metrics``         Prometheus text format, a ``model`` label on what each model does
+``models``          the models one server holds: an engine each, found by a request's ``model`` (id or alias)
 ``api``             the FastAPI app (errors in OpenAI's shape; every limit and timeout is listed in ``schemas``)
 ``protocol``        uvicorn's HTTP protocol with a deadline on request headers
 ``cli``             ``duet serve``

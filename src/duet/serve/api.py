@@ -1,7 +1,11 @@
-"""OpenAI-compatible HTTP API over the engine: ``POST /v1/audio/speech``, ``GET /v1/models``, ``GET /health``,
-``GET /metrics`` (Prometheus text), ``GET /v1/audio/voices`` (duet: built-in speakers and cloning support), the
-web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download the WAV) and the WebSocket
-``/v1/audio/speech/stream`` that speaks text while it is still arriving (``text_stream.py``).
+"""OpenAI-compatible HTTP API over one engine per served model: ``POST /v1/audio/speech``, ``GET /v1/models``,
+``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /v1/audio/voices`` (duet: built-in speakers and cloning
+support), the web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download the WAV) and the
+WebSocket ``/v1/audio/speech/stream`` that speaks text while it is still arriving (``text_stream.py``).
+
+Several models: a request's ``model`` (an id or an alias) picks its model, whose own engine, queue and limits serve
+it (``models.py``); ``/v1/models`` lists every name, ``/v1/audio/voices?model=`` one model's voices (default: the
+first model's), ``/health`` and ``/metrics`` cover every model. Each response is at its own model's sample rate.
 
 Request fields and the SSE event shapes are in ``schemas.py``; byte encodings in ``audio_io.py``.
 Every error is OpenAI's JSON shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 404 unknown
@@ -25,11 +29,10 @@ import base64
 import json
 import logging
 import math
-import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -46,8 +49,9 @@ from duet.limits import invalid_unicode
 from duet.serve import audio_io
 from duet.serve.adapter import SynthesisRequest
 from duet.serve.engine import Engine, RequestHandle
-from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
+from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, ModelNotFound, QueueFull
 from duet.serve.metrics import Metrics
+from duet.serve.models import ServedModel, ServedModels
 from duet.serve.schemas import (
     FINISH_HEADER,
     OPENAI_VOICES,
@@ -145,25 +149,22 @@ class _EngineStream(StreamingResponse):
             self._on_close()
 
 
-def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
-    """The FastAPI app; it starts the engine's thread on startup and stops it on shutdown."""
-    adapter = engine.adapter
-    model_names = (adapter.name, *config.model_aliases)
-    metrics = Metrics()
-    sample_rate = engine.sample_rate
+def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeConfig()) -> FastAPI:
+    """The FastAPI app over one engine or several (one per model; the first is the default model); it starts
+    every engine's thread on startup and stops them all on shutdown."""
+    models = ServedModels([engines] if isinstance(engines, Engine) else engines, config.model_aliases,
+                          config.max_preparing)
+    metrics = Metrics([model.name for model in models])
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        engine.start()
+        models.start()
         yield
-        engine.stop()
-        close = getattr(adapter, "close", None)  # adapters that own processes (vLLM) release them here
-        if close is not None:
-            close()
+        models.close()
 
     docs = {} if config.api_docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="duet", summary="OpenAI-compatible text-to-speech", lifespan=lifespan, **docs)
-    app.state.engine, app.state.metrics, app.state.config = engine, metrics, config
+    app.state.models, app.state.metrics, app.state.config = models, metrics, config
     app.add_middleware(_CountRequests, metrics=metrics)
 
     # --- errors -------------------------------------------------------------------------------------------------
@@ -195,52 +196,50 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        stats = engine.stats()
-        body = {"status": "ok" if stats.alive else "engine_down", "model": adapter.name,
-                "running": stats.running, "waiting": stats.waiting}
-        return JSONResponse(body, 200 if stats.alive else 503)
+        body = _health(models)
+        return JSONResponse(body, 200 if body["status"] == "ok" else 503)
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "duet"} for name in model_names]
+    async def list_models() -> dict[str, Any]:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "duet", "root": model_id}
+                for name, model_id in models.listing()]
         return {"object": "list", "data": data}
 
     @app.get("/v1/audio/voices")
-    async def voices() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": v} for v in adapter.voices], "cloning": adapter.supports_cloning,
-                "sample_rate": sample_rate}
+    async def voices(model: str | None = None) -> dict[str, Any]:
+        served = _find_model(models, model) if model is not None else models.default
+        return {"object": "list", "model": served.name, "data": [{"id": v} for v in served.adapter.voices],
+                "cloning": served.adapter.supports_cloning, "sample_rate": served.sample_rate}
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
-        return PlainTextResponse(metrics.render(engine.stats()), media_type="text/plain; version=0.0.4")
+        stats = {model.name: model.engine.stats() for model in models}
+        return PlainTextResponse(metrics.render(stats), media_type="text/plain; version=0.0.4")
 
     if config.web_page:
         add_page(app)
 
     # --- speech -------------------------------------------------------------------------------------------------
 
-    preparing = threading.BoundedSemaphore(config.max_preparing)
+    async def open_session(req: SpeechRequest) -> tuple[ServedModel, SynthesisRequest]:
+        model = _find_model(models, req.model)
+        return model, await _to_synthesis(req, None, config, model)
 
-    def prepare(synth: SynthesisRequest):
-        """``engine.admit`` in a worker thread, at most ``max_preparing`` at once: the others wait here (idle) for
-        a turn, so a burst of expensive texts cannot take every core from the engine."""
-        with preparing:
-            return engine.admit(synth)
-
-    add_text_stream(app, engine, config.text_stream, prepare=prepare,
-                    to_synthesis=lambda req: _to_synthesis(req, None, config, engine, model_names))
+    add_text_stream(app, config.text_stream, open_session)
 
     @app.post("/v1/audio/speech")
     async def speech(request: Request) -> Response:
         t0 = time.perf_counter()
         req, upload = await _parse_speech(request, config)
-        synth = await _to_synthesis(req, upload, config, engine, model_names)
+        model = _find_model(models, req.model)
+        engine, sample_rate = model.engine, model.sample_rate
+        synth = await _to_synthesis(req, upload, config, model)
         budget = engine.config.time_budget_s
         try:
             # text preparation (and Luna's duration model) in a worker thread: /health never waits for it, and the
             # client waits at most the engine's base time budget for it (the thread itself cannot be stopped)
             async with asyncio.timeout(budget):
-                admission = await run_in_threadpool(prepare, synth)
+                admission = await model.admit(synth)
             handle = engine.submit(synth, admission)
         except TimeoutError:
             raise ApiError(504, f"preparing the text took longer than {budget:g} s; send a shorter input",
@@ -265,13 +264,13 @@ def create_app(engine: Engine, config: ServeConfig = ServeConfig()) -> FastAPI:
             metrics.stream_closed()
             info = handle.finish
             if info is not None and info.reason in ("stop", "bound"):
-                metrics.observe_finished(info.wall_s, info.samples / sample_rate)
+                metrics.observe_finished(model.name, info.wall_s, info.samples / sample_rate)
 
         chunks = handle.__aiter__()
         try:
             first = await _next_chunk(chunks, request, config.disconnect_poll_s)
             if first is not None:
-                metrics.observe_ttfa(time.perf_counter() - t0)
+                metrics.observe_ttfa(model.name, time.perf_counter() - t0)
             if req.response_format == "flac":
                 parts = [first] if first is not None else []
                 while (chunk := await _next_chunk(chunks, request, config.disconnect_poll_s)) is not None:
@@ -384,12 +383,33 @@ async def _parse_speech(request: Request, config: ServeConfig) -> tuple[SpeechRe
     return req, upload
 
 
-async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeConfig, engine: Engine,
-                        model_names: tuple[str, ...]) -> SynthesisRequest:
-    adapter = engine.adapter
-    if req.model not in model_names:
-        raise ApiError(404, f"model {_short(req.model)!r} not found; this server has {', '.join(model_names)}",
-                       param="model", code="model_not_found")
+def _find_model(models: ServedModels, name: str) -> ServedModel:
+    """The model a request names; an unknown name is OpenAI's 404 ``model_not_found``."""
+    try:
+        return models.find(name)
+    except ModelNotFound as err:
+        raise ApiError(404, f"model {_short(name)!r} not found; this server has {', '.join(err.available)}",
+                       param="model", code="model_not_found") from None
+
+
+def _health(models: ServedModels) -> dict[str, Any]:
+    """``/health``'s body: "ok" while every model's engine runs; the totals over the models, then each model's
+    (``model``: the default model's id)."""
+    each = {}
+    for model in models:
+        stats = model.engine.stats()
+        each[model.name] = {"status": "ok" if stats.alive else "engine_down", "running": stats.running,
+                            "waiting": stats.waiting}
+    up = all(m["status"] == "ok" for m in each.values())
+    return {"status": "ok" if up else "engine_down", "model": models.default.name,
+            "running": sum(m["running"] for m in each.values()), "waiting": sum(m["waiting"] for m in each.values()),
+            "models": each}
+
+
+async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeConfig,
+                        model: ServedModel) -> SynthesisRequest:
+    """The engine request of a speech request to ``model`` (the one its ``model`` field names)."""
+    adapter = model.adapter
     if req.response_format not in RESPONSE_FORMATS:
         raise ApiError(400, f"response_format {req.response_format!r} is not supported; use one of "
                        f"{', '.join(RESPONSE_FORMATS)}", param="response_format", code="unsupported_format")
@@ -419,7 +439,7 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
                 raise InvalidRequest(f"model {adapter.name} does not support voice cloning", param="reference_audio",
                                      code="cloning_unsupported")
             reference = await run_in_threadpool(
-                audio_io.decode_reference, upload, engine.sample_rate, config.max_reference_bytes,
+                audio_io.decode_reference, upload, model.sample_rate, config.max_reference_bytes,
                 config.min_reference_seconds, config.max_reference_seconds)
     except InvalidRequest as err:
         raise ApiError(400, str(err), param=err.param, code=err.code) from err

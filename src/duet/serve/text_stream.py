@@ -8,7 +8,8 @@ current one streams. Pieces of a session share its voice and sampling fields, an
 between the sentences of ``duet speak``.
 
 Protocol: JSON text messages; audio is binary messages of 16-bit little-endian mono PCM at the session's
-``sample_rate``.
+``sample_rate`` (its model's). ``session.start``'s ``model`` picks one of the server's models (``models.py``), whose
+engine speaks every piece of the session.
 
 client -> server
   ``{"type": "session.start", "model": ..., "voice": ..., "speed": ..., "seed": ..., "temperature": ..., ...}``
@@ -18,7 +19,8 @@ client -> server
   ``{"type": "text.done"}``  the end of input: what is held is spoken, then the session ends
   ``{"type": "session.cancel"}``  stop now: pieces in flight are cancelled and their engine slots freed
 server -> client
-  ``{"type": "session.started", "model", "sample_rate", "format": "pcm16", "seed"}``
+  ``{"type": "session.started", "model", "sample_rate", "format": "pcm16", "seed"}`` (``model``: the model's id, also
+  when the client named an alias)
   ``{"type": "piece.started", "index", "text"}``, then its audio, then ``{"type": "piece.done", "index",
   "finish_reason", "audio_seconds"}``
   ``{"type": "session.done", "reason": "done" | "cancelled" | "error", "pieces", "audio_seconds"}``, then the
@@ -43,13 +45,14 @@ from typing import Any, Awaitable, Callable
 import numpy as np
 from fastapi import FastAPI, WebSocket
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from duet.limits import SEED_LIMIT, invalid_unicode
 from duet.serve import audio_io
-from duet.serve.engine import Engine, RequestHandle
+from duet.serve.adapter import SynthesisRequest
+from duet.serve.engine import RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
+from duet.serve.models import ServedModel
 from duet.serve.schemas import SpeechRequest, TextStreamConfig, first_error
 from duet.text.segmenter import TextSegmenter
 from duet.tts.speech import silence
@@ -58,6 +61,10 @@ log = logging.getLogger("duet.serve")
 
 ROUTE = "/v1/audio/speech/stream"
 _START_FIELDS_REFUSED = ("input", "response_format", "stream_format")
+
+# session.start's fields -> the model that speaks the session and its base request (the speech route's checks;
+# raises that route's ApiError for what it refuses)
+OpenSession = Callable[[SpeechRequest], Awaitable[tuple[ServedModel, SynthesisRequest]]]
 
 
 class SessionError(Exception):
@@ -78,12 +85,12 @@ class _Piece:
 class _Session:
     """One client's session: reads its messages, cuts its text, speaks the pieces in order."""
 
-    def __init__(self, ws: WebSocket, engine: Engine, config: TextStreamConfig, base, seed: int,
-                 prepare: Callable[[Any], Any]):
-        self.ws, self.engine, self.config = ws, engine, config
+    def __init__(self, ws: WebSocket, model: ServedModel, config: TextStreamConfig, base: SynthesisRequest,
+                 seed: int):
+        self.ws, self.model, self.config = ws, model, config
+        self.sample_rate = model.sample_rate
         self.base = base  # the session's SynthesisRequest; each piece replaces its text and seed
         self.seed = seed
-        self.prepare = prepare
         self.segmenter = TextSegmenter(config.segmenter)
         self.pieces: asyncio.Queue[str | None] = asyncio.Queue()
         self.handles: list[RequestHandle] = []
@@ -152,11 +159,11 @@ class _Session:
             index += 1
         await out.put(None)
 
-    async def _submit(self, synth) -> RequestHandle:
+    async def _submit(self, synth: SynthesisRequest) -> RequestHandle:
         while True:
             try:
-                admission = await run_in_threadpool(self.prepare, synth)
-                return self.engine.submit(synth, admission)
+                admission = await self.model.admit(synth)
+                return self.model.engine.submit(synth, admission)
             except QueueFull as err:  # busy: wait for a turn (the session's wall clock still bounds it)
                 await asyncio.sleep(min(max(err.retry_after_s, 0.05), 1.0))
             except InvalidRequest as err:
@@ -165,7 +172,7 @@ class _Session:
                 raise SessionError(str(err), "engine_down") from err
 
     async def stream_pieces(self, submitted: asyncio.Queue[_Piece | None]) -> None:
-        gap = silence(self.config.gap_seconds, self.engine.sample_rate)
+        gap = silence(self.config.gap_seconds, self.sample_rate)
         while (piece := await submitted.get()) is not None:
             await self.send_json({"type": "piece.started", "index": piece.index, "text": piece.text})
             samples = 0
@@ -183,7 +190,7 @@ class _Session:
             finish = piece.handle.finish
             await self.send_json({"type": "piece.done", "index": piece.index,
                                   "finish_reason": finish.reason if finish else None,
-                                  "audio_seconds": round(samples / self.engine.sample_rate, 3)})
+                                  "audio_seconds": round(samples / self.sample_rate, 3)})
 
     async def speak(self) -> None:
         submitted: asyncio.Queue[_Piece | None] = asyncio.Queue(maxsize=1)
@@ -199,7 +206,7 @@ class _Session:
 
     def done_event(self, reason: str) -> dict[str, Any]:
         return {"type": "session.done", "reason": reason, "pieces": self.spoken,
-                "audio_seconds": round(self.audio_samples / self.engine.sample_rate, 3)}
+                "audio_seconds": round(self.audio_samples / self.sample_rate, 3)}
 
 
 async def _read_start(ws: WebSocket, config: TextStreamConfig) -> SpeechRequest:
@@ -227,13 +234,11 @@ async def _read_start(ws: WebSocket, config: TextStreamConfig) -> SpeechRequest:
         raise SessionError(f"session.start: {first_error(err)[1]}", "invalid_message") from None
 
 
-async def run_session(ws: WebSocket, engine: Engine, config: TextStreamConfig,
-                      to_synthesis: Callable[[SpeechRequest], Awaitable[Any]],
-                      prepare: Callable[[Any], Any]) -> None:
+async def run_session(ws: WebSocket, config: TextStreamConfig, open_session: OpenSession) -> None:
     """One WebSocket session, from accept to close; nothing a client sends escapes it as an exception."""
     await ws.accept()
     try:
-        base = await to_synthesis(await _read_start(ws, config))
+        model, base = await open_session(await _read_start(ws, config))
     except SessionError as err:
         await _end(ws, {"type": "error", "message": str(err), "code": err.code}, code=1008)
         return
@@ -244,9 +249,9 @@ async def run_session(ws: WebSocket, engine: Engine, config: TextStreamConfig,
                    code=1008)
         return
     seed = base.params.seed if base.params.seed is not None else random.SystemRandom().randrange(SEED_LIMIT)
-    session = _Session(ws, engine, config, base, seed, prepare)
-    await session.send_json({"type": "session.started", "model": engine.adapter.name,
-                             "sample_rate": engine.sample_rate, "format": "pcm16", "seed": seed})
+    session = _Session(ws, model, config, base, seed)
+    await session.send_json({"type": "session.started", "model": model.name, "sample_rate": model.sample_rate,
+                             "format": "pcm16", "seed": seed})
     inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
     reader = asyncio.create_task(_read_into(ws, inbox))
     speaker = asyncio.create_task(session.speak())
@@ -331,8 +336,7 @@ async def _end(ws: WebSocket, *events: dict[str, Any], code: int = 1000) -> None
         pass
 
 
-def add_text_stream(app: FastAPI, engine: Engine, config: TextStreamConfig,
-                    to_synthesis: Callable[[SpeechRequest], Awaitable[Any]], prepare: Callable[[Any], Any]) -> None:
+def add_text_stream(app: FastAPI, config: TextStreamConfig, open_session: OpenSession) -> None:
     @app.websocket(ROUTE)
     async def speech_stream(ws: WebSocket) -> None:
-        await run_session(ws, engine, config, to_synthesis, prepare)
+        await run_session(ws, config, open_session)

@@ -1,5 +1,9 @@
 // duet's web page: pick a model and voice, speak the text, hear it while it streams, download the WAV.
 //
+// Models: the selector lists the server's models (GET /v1/models, aliases left out: they name the same models); the
+// chosen model's voices, sample rate and cloning come from GET /v1/audio/voices?model=ID, read again whenever the
+// choice changes, and every request names it.
+//
 // Data path: POST /v1/audio/speech with stream_format "sse" and response_format "pcm" (OpenAI's event shapes,
 // see duet/serve/schemas.py) -> each `speech.audio.delta` carries base64 16-bit little-endian mono PCM at the
 // rate in the X-Sample-Rate header -> one WebAudio buffer per chunk, scheduled back to back on the AudioContext's
@@ -353,27 +357,50 @@ async function recordClicked() {
   }
 }
 
-function setUpCloning(sampleRate) {
-  duet.cloning = true;
-  clip = new ReferenceClip(sampleRate, showClip);
-  $("cloning").hidden = false;
+function setUpCloning() {
+  clip = new ReferenceClip(0, showClip); // its rate is the chosen model's (chooseModel)
   $("clip-file").addEventListener("change", clipUploaded);
   $("record").addEventListener("click", recordClicked);
   $("record").disabled = !(navigator.mediaDevices && window.MediaRecorder); // e.g. a page not served over https
   $("clip-clear").addEventListener("click", () => clip.clear());
-  showClip(null);
+}
+
+// --- models ------------------------------------------------------------------------------------------------------
+
+// The chosen model's voices, sample rate and cloning. A clip held for the previous model is dropped (it was made at
+// that model's rate), and so is a "type and hear" session (it speaks with the model it started with).
+async function chooseModel() {
+  if (live) stop();
+  const voices = await getJSON(`/v1/audio/voices?model=${encodeURIComponent($("model").value)}`);
+  fill($("voice"), voices.data.map((v) => v.id));
+  duet.sampleRate = voices.sample_rate;
+  duet.cloning = voices.cloning;
+  $("cloning").hidden = !voices.cloning;
+  clip.rate = voices.sample_rate;
+  clip.clear();
+}
+
+async function modelChanged() {
+  setStatus("loading", "Loading the model's voices...");
+  try {
+    await chooseModel();
+    setStatus("idle", "Ready.");
+  } catch (err) {
+    duet.error = err.message;
+    setStatus("error", `Cannot load the model's voices: ${err.message}`);
+  }
 }
 
 async function init() {
   $("form").addEventListener("submit", submit);
   $("text").addEventListener("input", typed);
   $("stop").addEventListener("click", stop);
+  $("model").addEventListener("change", modelChanged);
+  setUpCloning();
   try {
-    const [models, voices] = await Promise.all([getJSON("/v1/models"), getJSON("/v1/audio/voices")]);
-    fill($("model"), models.data.map((m) => m.id));
-    fill($("voice"), voices.data.map((v) => v.id));
-    duet.sampleRate = voices.sample_rate;
-    if (voices.cloning) setUpCloning(voices.sample_rate);
+    const models = await getJSON("/v1/models");
+    fill($("model"), models.data.filter((m) => (m.root ?? m.id) === m.id).map((m) => m.id));
+    await chooseModel();
     setStatus("idle", "Ready.");
   } catch (err) {
     duet.error = err.message;

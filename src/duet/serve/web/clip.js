@@ -1,6 +1,7 @@
 // The reference clip for voice cloning: a sound file the user uploads, or a recording from the microphone
 // (MediaRecorder), made into what the speech API's `reference_audio` takes: a base64 WAV, 16-bit mono, at the
-// server's sample rate (GET /v1/audio/voices), so the server neither converts nor resamples it.
+// chosen model's sample rate (GET /v1/audio/voices?model=; app.js sets `rate`), so the server neither converts nor
+// resamples it.
 //
 // Whatever the source's format (WAV, MP3, Ogg, the recorder's WebM/Opus), the browser decodes it with WebAudio
 // in a one-channel OfflineAudioContext at that rate (decodeAudioData resamples to its context's rate), the

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from scipy.signal import resample_poly
 
 from duet.errors import DuetError
 
@@ -35,6 +34,8 @@ def resample(audio: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
         return audio.astype(np.float32, copy=False)
     if sr_in <= 0 or sr_out <= 0:
         raise DuetError(f"sample rates must be positive, got {sr_in} -> {sr_out}")
+    from scipy.signal import resample_poly  # slow to import, and `duet speak` never resamples
+
     ratio = Fraction(sr_out, sr_in)
     out = resample_poly(audio.astype(np.float64), ratio.numerator, ratio.denominator)
     return out.astype(np.float32)

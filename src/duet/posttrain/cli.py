@@ -11,23 +11,54 @@
 ``duet.eval``), so its pretraining recipe's ``gepard-export`` exports pretraining runs only; here its handler is
 replaced by one over ``duet.posttrain.gepard.export_gepard_run``, which sends a gepard-sft or gepard-dpo run to the
 post-training export and any other run to the pretraining one, with the same flags.
+
+The flags are ``duet.posttrain.flags``: building the parser imports no stage, nor torch.
 """
 
 from __future__ import annotations
 
 import argparse
-from functools import partial
+
+from duet.posttrain.flags import add_gepard_post_stages, add_luna_grpo_stages
+from duet.train import cli as train_cli
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """``duet train`` (``duet.train.cli.register``) with the post-training stages added to its stages."""
-    from duet.posttrain.gepard import add_train_gepard_post_parser, export_gepard_run
-    from duet.posttrain.luna import add_train_luna_grpo_parser
-    from duet.train import cli as train_cli
-    from duet.train.recipe import run_export
-    from duet.train.recipes.gepard import export_sampling
-
     stages = train_cli.register(subparsers)
-    add_train_gepard_post_parser(stages)
-    add_train_luna_grpo_parser(stages)
-    stages.choices["gepard-export"].set_defaults(func=partial(run_export, export_gepard_run, export_sampling))
+    add_gepard_post_stages(stages, _sft, _dpo)
+    add_luna_grpo_stages(stages, _grpo, _export_grpo)
+    stages.choices["gepard-export"].set_defaults(func=_export_gepard)
+
+
+# Each action imports its stage (torch, transformers, the eval metrics) only when it runs.
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from duet.posttrain.gepard import sft_stage
+
+    return sft_stage(args)
+
+
+def _dpo(args: argparse.Namespace) -> int:
+    from duet.posttrain.gepard import dpo_stage
+
+    return dpo_stage(args)
+
+
+def _export_gepard(args: argparse.Namespace) -> int:
+    from duet.posttrain.gepard import export_stage
+
+    return export_stage(args)
+
+
+def _grpo(args: argparse.Namespace) -> int:
+    from duet.posttrain.luna import train_stage
+
+    return train_stage(args)
+
+
+def _export_grpo(args: argparse.Namespace) -> int:
+    from duet.posttrain.luna import export_stage
+
+    return export_stage(args)

@@ -24,8 +24,8 @@ DPO (DESIGN §A "CFG distilled by DPO"; §1.2, §1.4 item 3, §3.3), in order, r
 
 ``gepard-export`` of a DPO run merges the adapters (``merge_lora``) and writes a stock shipped Gepard with the
 starting model's default sampling; of an SFT run it writes the weights as they are. The command is the pretraining
-recipe's (``duet.train.recipes.gepard``, which exports pretraining runs only); ``duet.posttrain.cli`` puts
-:func:`export_gepard_run` in front of it, which sends a post-training run (:func:`post_stage`) here.
+recipe's (``duet.train.recipes.gepard``, which exports pretraining runs only); ``duet.posttrain.cli`` runs
+:func:`export_stage` instead, whose :func:`export_gepard_run` sends a post-training run (:func:`post_stage`) here.
 
 Cloning (``--clone``, a model with the voice compressor): each prompt clones the voice of another recording of its
 speaker (never its own), both sides decode with that prefix, and SIM joins WER in the pair's quality. The compressor
@@ -61,11 +61,13 @@ from duet.gepard.generate import SPEAK_SAMPLING
 from duet.gepard.model import GepardModel
 from duet.gepard.trajectory import GepardTrajectories
 from duet.nn.lora import LoRAConfig, apply_lora, merge_lora
+from duet.posttrain.flags import add_gepard_post_stages
 from duet.posttrain.scoring import ClipQuality
 from duet.text.tokens import service_ids
 from duet.train import recipe as driver
 from duet.train.distributed import setup_distributed
 from duet.train.dpo_data import DPOData, DPODataConfig
+from duet.train.flags import run_export, run_train, stage_main, summary_line
 from duet.train.gepard_pairs import (
     PairPrompt,
     PairsConfig,
@@ -79,7 +81,7 @@ from duet.train.loop import LoopConfig, train
 from duet.train.objectives.gepard import GepardPretrain
 from duet.train.objectives.gepard_dpo import DPOConfig, GepardDPO
 from duet.train.quality import QualityScorer
-from duet.train.recipes.gepard import export_gepard
+from duet.train.recipes.gepard import export_gepard, export_sampling
 from duet.train.recipes.gepard import recipe as pretrain_recipe
 from duet.train.runner import CONFIG, LoopResult, resume_point, write_run_config
 
@@ -406,50 +408,24 @@ def export_gepard_run(run_dir: str | Path, out_dir: str | Path, checkpoint: str 
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
-def add_train_gepard_post_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Adds ``gepard-sft`` and ``gepard-dpo`` to the ``duet train`` sub-commands (their export is gepard-export)."""
-    start = "the shipped Gepard (name or directory) the stage starts from: weights and tokenizer"
-    s = driver.add_train_parser(subparsers, "gepard-sft", "fine-tune a Gepard on selected data at a lower LR",
-                                sorted(PRESETS), "runs/gepard-sft", train_gepard_sft, sft_config_from_args,
-                                tokenizer=False, init_from_help=start,
-                                preset_help="whose pretraining recipe the defaults scale (default: the model's own)")
-    s.add_argument("--select", default=None, metavar="IDS", help="a file of utterance ids to train on, one per line")
-    s.add_argument("--speakers", default=None, help="comma-separated speakers to train on")
+def sft_stage(args: argparse.Namespace) -> int:
+    """``duet train gepard-sft``'s action (its flags: ``duet.posttrain.flags.add_gepard_post_stages``)."""
+    return run_train(train_gepard_sft, sft_config_from_args, False, args)
 
-    p = subparsers.add_parser("gepard-dpo", help="distil two-pass CFG into a single-pass Gepard: CFG / no-CFG "
-                                                 "pairs, Whisper scoring, DPO with LoRA (export: gepard-export)")
-    p.add_argument("--init-from", default=None, help=start + " (omit with --resume)")
-    p.add_argument("--out", required=True, help="run directory, e.g. runs/gepard-dpo")
-    p.add_argument("--resume", action="store_true", help="continue the pairs, then the training")
-    p.add_argument("--manifest", default=None, help="prompts: texts of this corpus manifest's --split")
-    p.add_argument("--split", default="train")
-    p.add_argument("--languages", default=None, help="comma-separated manifest languages to keep, e.g. en")
-    p.add_argument("--hold-out-speakers", default=None, metavar="S1,S2",
-                   help="manifest speakers never used as prompts (voices kept unseen for evaluation)")
-    p.add_argument("--texts", default=None, help="prompts: a text file, one per line (instead of --manifest)")
-    p.add_argument("--prompts", type=int, default=None, help="prompts at most (default 256)")
-    p.add_argument("--clone", action="store_true", help="each manifest prompt clones another recording of its "
-                                                        "speaker (a model with the voice compressor); scored by SIM too")
-    p.add_argument("--cfg-scale", type=float, default=None, help="guidance of the chosen side (default 2)")
-    p.add_argument("--temperature", type=float, default=None, help="sampling of both sides (default: the model's)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--asr-model", default=None, help="CTranslate2 Whisper directory (default: bundled tiny.en)")
-    p.add_argument("--rank", type=int, default=None, help="LoRA rank (default 16; alpha = 2 x rank)")
-    p.add_argument("--beta", type=float, default=None, help="DPO beta (default 0.1)")
-    p.add_argument("--max-wer-loss", type=float, default=None, metavar="X",
-                   help="leave out pairs whose guided side's WER is more than X above the other's (default 1: none; "
-                        "0 when cloning: no pair that trades words for voice)")
-    p.add_argument("--val-pairs", type=int, default=None, help="pairs held out for validation (default 0)")
-    p.add_argument("--val-every", type=int, default=None, help="steps between validations (default: 50 with "
-                                                               "--val-pairs)")
-    p.add_argument("--steps", type=int, default=None, help="schedule length in optimizer steps (default 500)")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate of the adapters (default 5e-5)")
-    p.add_argument("--stop-at", type=int, default=None, help="stop this invocation at this step")
-    p.add_argument("--minutes", type=float, default=None, help="stop this invocation after so many minutes")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=_run_dpo)
+
+def dpo_stage(args: argparse.Namespace) -> int:
+    """``duet train gepard-dpo``'s action."""
+    result = train_gepard_dpo(dpo_config_from_args(args), args.out, resume=args.resume, stop_at_step=args.stop_at,
+                              max_minutes=args.minutes, threads=args.threads, progress=not args.quiet,
+                              init_from=args.init_from)
+    print(summary_line(result))
+    return 0
+
+
+def export_stage(args: argparse.Namespace) -> int:
+    """``duet train gepard-export``'s action for every Gepard run (:func:`export_gepard_run`), with the pretraining
+    export's flags."""
+    return run_export(export_gepard_run, export_sampling, args)
 
 
 def sft_config_from_args(args: argparse.Namespace) -> GepardSFTConfig:
@@ -502,17 +478,14 @@ def dpo_config_from_args(args: argparse.Namespace) -> GepardDPOConfig:
     return cfg
 
 
-def _run_dpo(args: argparse.Namespace) -> int:
-    result = train_gepard_dpo(dpo_config_from_args(args), args.out, resume=args.resume, stop_at_step=args.stop_at,
-                              max_minutes=args.minutes, threads=args.threads, progress=not args.quiet,
-                              init_from=args.init_from)
-    print(driver.summary_line(result))
-    return 0
+def add_train_gepard_post_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``gepard-sft`` and ``gepard-dpo`` to the ``duet train`` sub-commands, bound to this module."""
+    add_gepard_post_stages(subparsers, sft_stage, dpo_stage)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m duet.posttrain.gepard gepard-sft|gepard-dpo ...`` (what torchrun launches)."""
-    return driver.stage_main(add_train_gepard_post_parser, list(argv) if argv is not None else None)
+    return stage_main(add_train_gepard_post_parser, list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":

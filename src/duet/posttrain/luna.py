@@ -47,13 +47,13 @@ from duet.luna.config import LunaConfig
 from duet.luna.decode import DecodeConfig
 from duet.luna.duration import DurationConfig
 from duet.luna.model import LunaModel
+from duet.posttrain.flags import LUNA_GRPO, add_luna_grpo_stages
 from duet.train import recipe as driver
 from duet.train.distributed import single_process
+from duet.train.flags import run_export, stage_main, summary_line
 from duet.train.grpo_loop import GRPOPrompt, GRPOStepConfig, GRPOTrainer, Scorer
 from duet.train.loop import LoopConfig
 from duet.train.runner import CONFIG, Cadence, LoopResult, read_run_config, resume_point, run_steps, write_run_config
-
-NAME = "luna-grpo"
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class LunaGRPOConfig:
     model: LunaConfig | None = None  # the policy's shape, copied from ``init_from`` at the start of the run
     duration: DurationConfig | None = None
     codec: str = ""  # the codec that turns grids into audio for the reward; "" = the one the model names
-    name: str = NAME
+    name: str = LUNA_GRPO
     prompts: PromptSelection = field(default_factory=PromptSelection)
     decode: DecodeConfig = DecodeConfig(steps=16, temperature=1.0, top_k=0, cfg_scale=2.0)
     step: GRPOStepConfig = field(default_factory=GRPOStepConfig)
@@ -180,11 +180,11 @@ def train_luna_grpo(cfg: LunaGRPOConfig | None, run_dir: str | Path, *, resume: 
                           val_prompts=val_prompts, reference=reference)
     print(f"luna-grpo: {len(prompts)} training prompts ({cfg.prompts.split}), {len(val_prompts)} held-out "
           f"({cfg.prompts.val_split or 'none'}), G = {cfg.step.group_size}", file=sys.stderr)
-    extra = {"recipe": NAME, "init_from": cfg.init_from, "train_prompts": len(prompts),
+    extra = {"recipe": LUNA_GRPO, "init_from": cfg.init_from, "train_prompts": len(prompts),
              "codec": {"name": cfg.codec, "frame_rate": float(codec.frame_rate)}}
     return run_steps(trainer, Cadence.of(cfg.loop), run_dir, single_process(str(device)), resume=resume,
                      stop_at_step=stop_at_step, max_minutes=max_minutes, progress=progress, extra=extra,
-                     title=f"{NAME} ({run_dir.name})")
+                     title=f"{LUNA_GRPO} ({run_dir.name})")
 
 
 def _device(device: str) -> str:
@@ -205,56 +205,11 @@ def export_luna_grpo(run_dir: str | Path, out_dir: str | Path, checkpoint: str |
         return LunaBundle(cfg.model, cfg.duration)
 
     run = driver.load_run(run_dir, LunaGRPOConfig, build, "Luna GRPO", checkpoint, best)
-    info = {"preset": NAME, **run.info, "init_from": run.state.get("init_from")}
+    info = {"preset": LUNA_GRPO, **run.info, "init_from": run.state.get("init_from")}
     return save_luna(run.module, run.tokenizer, out_dir, codec=run.codec, info=info)
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
-
-
-def add_train_luna_grpo_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Adds ``luna-grpo`` and ``luna-grpo-export`` to the ``duet train`` sub-commands."""
-    p = subparsers.add_parser(NAME, help="GRPO post-training of a Luna model over its denoising trajectories")
-    p.add_argument("--init-from", default=None, help="the shipped Luna model to post-train (name or directory)")
-    p.add_argument("--manifest", default=None, help="manifest.jsonl whose texts are the prompts")
-    p.add_argument("--out", required=True, help="run directory, e.g. runs/luna-grpo")
-    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    p.add_argument("--codec", default=None, help="codec for the reward's audio (default: the one the model names)")
-    p.add_argument("--split", default=None, help="manifest split of the training prompts (default train)")
-    p.add_argument("--val-split", default=None, help="held-out prompts (default val; '' for none)")
-    p.add_argument("--val-items", type=int, default=None, help="held-out prompts to validate on (default 8)")
-    p.add_argument("--max-prompts", type=int, default=None, help="use the first N training prompts (0: all)")
-    p.add_argument("--languages", default=None, help="comma-separated manifest languages to keep (default en)")
-    p.add_argument("--no-sim", action="store_true", default=None, help="WER alone: no speaker-similarity tie-break")
-    p.add_argument("--group-size", type=int, default=None, help="G candidates per prompt (>= 2; default 4)")
-    p.add_argument("--prompts-per-step", type=int, default=None, help="prompt groups per optimizer step (default 2)")
-    p.add_argument("--ppo-epochs", type=int, default=None, help="updates per rollout (default 1)")
-    p.add_argument("--clip-eps", type=float, default=None, help="PPO clip epsilon (default 0.2)")
-    p.add_argument("--kl-coef", type=float, default=None,
-                   help="weight of a KL penalty to the --init-from model (default 0: none, as in the report)")
-    p.add_argument("--wer-tie", type=float, default=None, help="WERs this close tie and SIM decides (default 0)")
-    p.add_argument("--max-frames", type=int, default=None, help="longest grid a rollout decodes (default 400)")
-    p.add_argument("--decode-steps", type=int, default=None, help="MaskGIT steps S of the rollouts (default 16)")
-    p.add_argument("--temperature", type=float, default=None, help="rollout sampling temperature (> 0; default 1)")
-    p.add_argument("--top-k", type=int, default=None, help="rollout top-k (0: off, the default)")
-    p.add_argument("--cfg-scale", type=float, default=None, help="rollout CFG scale (1: none; default 2)")
-    p.add_argument("--asr-model", default=None, help="CTranslate2 Whisper directory (default: bundled tiny.en)")
-    p.add_argument("--speaker", default=None, help="speaker model: resemblyzer (default) or wavlm:DIR")
-    p.add_argument("--steps", type=int, default=None, help="schedule length in optimizer steps (default 200)")
-    p.add_argument("--stop-at", type=int, default=None, help="stop this invocation at this step")
-    p.add_argument("--minutes", type=float, default=None, help="stop this invocation after so many minutes")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-5)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 10)")
-    p.add_argument("--val-every", type=int, default=None, help="steps between validations (0: none; default 25)")
-    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints (default 25)")
-    p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_run_train)
-
-    driver.add_export_parser(subparsers, f"{NAME}-export", "write a Luna GRPO run as a shipped Luna model (fp16 "
-                             "safetensors)", "checkpoints/luna-tiny-grpo", export_luna_grpo)
 
 
 def config_from_args(args: argparse.Namespace) -> LunaGRPOConfig | None:
@@ -292,16 +247,27 @@ def _overrides(cfg: LunaGRPOConfig, args: argparse.Namespace) -> LunaGRPOConfig:
                  rewards=rewards, loop=loop)
 
 
-def _run_train(args: argparse.Namespace) -> int:
+def train_stage(args: argparse.Namespace) -> int:
+    """``duet train luna-grpo``'s action (its flags: ``duet.posttrain.flags.add_luna_grpo_stages``)."""
     result = train_luna_grpo(config_from_args(args), args.out, resume=args.resume, stop_at_step=args.stop_at,
                              max_minutes=args.minutes, threads=args.threads, progress=not args.quiet)
-    print(driver.summary_line(result))
+    print(summary_line(result))
     return 0
+
+
+def export_stage(args: argparse.Namespace) -> int:
+    """``duet train luna-grpo-export``'s action."""
+    return run_export(export_luna_grpo, None, args)
+
+
+def add_train_luna_grpo_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``luna-grpo`` and ``luna-grpo-export`` to the ``duet train`` sub-commands, bound to this module."""
+    add_luna_grpo_stages(subparsers, train_stage, export_stage)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.posttrain.luna luna-grpo ...``."""
-    return driver.stage_main(add_train_luna_grpo_parser, argv)
+    return stage_main(add_train_luna_grpo_parser, argv)
 
 
 if __name__ == "__main__":

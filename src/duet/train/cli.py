@@ -11,6 +11,8 @@
                                                                                    (recipes/luna_realtime.py)
     duet train luna-realtime-export RUN_DIR --out checkpoints/luna-realtime-tiny
 
+The recipes' flags are ``duet.train.flags``: building the parser imports no recipe, nor torch.
+
 The post-training stages (gepard-sft, gepard-dpo, luna-grpo, luna-grpo-export) score generations with ``duet eval``'s
 metrics, so they live above eval in ``duet.posttrain``; ``duet.posttrain.cli`` (what ``duet train`` runs) adds them to
 the stages :func:`register` returns, and makes ``gepard-export`` export their Gepard runs too (here it exports
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+from duet.train.flags import add_gepard_stages, add_luna_stages, add_realtime_stages
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
@@ -56,18 +60,49 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     export.add_argument("--checkpoint", default=None, help="a specific checkpoint directory (default: latest)")
     export.set_defaults(func=_export)
 
-    from duet.train.recipes.gepard import add_train_gepard_parser
-
-    add_train_gepard_parser(sub)
-
-    from duet.train.recipes.luna import add_train_luna_parser
-
-    add_train_luna_parser(sub)
-
-    from duet.train.recipes.luna_realtime import add_train_realtime_parser
-
-    add_train_realtime_parser(sub)
+    add_gepard_stages(sub, _train_gepard, _export_gepard)
+    add_luna_stages(sub, _train_luna, _export_luna)
+    add_realtime_stages(sub, _train_realtime, _export_realtime)
     return sub
+
+
+# Each action imports its recipe (torch, transformers) only when its stage runs.
+
+
+def _train_gepard(args: argparse.Namespace) -> int:
+    from duet.train.recipes.gepard import train_stage
+
+    return train_stage(args)
+
+
+def _export_gepard(args: argparse.Namespace) -> int:
+    from duet.train.recipes.gepard import export_stage
+
+    return export_stage(args)
+
+
+def _train_luna(args: argparse.Namespace) -> int:
+    from duet.train.recipes.luna import train_stage
+
+    return train_stage(args)
+
+
+def _export_luna(args: argparse.Namespace) -> int:
+    from duet.train.recipes.luna import export_stage
+
+    return export_stage(args)
+
+
+def _train_realtime(args: argparse.Namespace) -> int:
+    from duet.train.recipes.luna_realtime import train_stage
+
+    return train_stage(args)
+
+
+def _export_realtime(args: argparse.Namespace) -> int:
+    from duet.train.recipes.luna_realtime import export_stage
+
+    return export_stage(args)
 
 
 def _train_codec(args: argparse.Namespace) -> int:

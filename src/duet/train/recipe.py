@@ -1,5 +1,5 @@
 """What every family's training recipe (``duet.train.recipes``: ``gepard``, ``luna``, ``luna_realtime``) shares:
-one driver around the loop, one config file, one export skeleton, the shared flags.
+one driver around the loop, one config file, one export skeleton, the parsing of the shared flags.
 
 A recipe config is a frozen dataclass with at least ``name`` (its preset), ``shards`` (encoded codes),
 ``manifest`` (their corpus), ``data`` (a data config with ``languages`` / ``normalize`` / ``batch_frames`` /
@@ -14,19 +14,17 @@ recipe trains its tokenizer, ``bpe_vocab``; this module holds the pieces that on
 - :func:`run_recipe`: the driver (run guard, config, tokenizer, distributed set-up, data, seeding, loop); a recipe
   hands it what is its own: the data class, the module to build, the objective;
 - :func:`load_run`: what an export reads (best checkpoint by validation loss, else latest), built and loaded;
-- :func:`add_train_parser` / :func:`config_from_args` / :func:`add_export_parser`: the ``duet train FAMILY`` and
-  ``FAMILY-export`` stages, their shared flags and the parsing of those.
+- :func:`config_from_args`: the flags every ``duet train FAMILY`` stage shares (``duet.train.flags``, which builds
+  the parser without importing torch) -> a recipe config.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from dataclasses import dataclass, fields, replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -37,15 +35,13 @@ from torch import nn
 from duet.command import comma_list
 from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
+from duet.text import QWEN3
 from duet.text.phonemes import DEFAULT_VOICE
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.distributed import setup_distributed
+from duet.train.flags import TRAIN_BPE, TRAIN_PHONEME_BPE
 from duet.train.loop import Objective, train
 from duet.train.runner import BEST, CONFIG, LoopResult, read_run_config, resume_point, write_run_config
-
-TRAIN_BPE = "train-bpe"
-TRAIN_PHONEME_BPE = "train-phoneme-bpe"  # the same BPE over espeak-ng's IPA of the texts (duet.text.phonemes)
-QWEN3 = "qwen3"
 
 # Loop fields a resumed run may change: they steer logging, saving and stopping, not the steps already taken
 # (max_steps moves the end of the cosine, as in the codec loop).
@@ -214,61 +210,7 @@ def load_run(run_dir: str | Path, cls: type[C], build: Callable[[C], nn.Module],
                       codec=run_state.get("codec"), info=info, state=run_state)
 
 
-# ---- command line --------------------------------------------------------------------------------------------------
-
-
-def add_train_parser(subparsers: Any, name: str, help: str, presets: list[str], out_example: str,
-                     train_fn: Callable[..., LoopResult], config_fn: Callable[[argparse.Namespace], Any], *,
-                     tokenizer: bool = True, preset_help: str | None = None,
-                     init_from_help: str | None = None) -> argparse.ArgumentParser:
-    """``duet train NAME`` with the flags every recipe takes; its action is :func:`run_train` over ``train_fn`` and
-    ``config_fn`` (flags -> the recipe's config). Returns the sub-parser, for the family's own flags.
-    ``tokenizer=False`` leaves out ``--tokenizer`` / ``--bpe-vocab`` for a stage whose tokenizer comes with
-    ``--init-from``."""
-    p = subparsers.add_parser(name, help=help)
-    add_recipe_arguments(p, presets, out_example, tokenizer=tokenizer, preset_help=preset_help,
-                         init_from_help=init_from_help)
-    p.set_defaults(func=partial(run_train, train_fn, config_fn, tokenizer))
-    return p
-
-
-def add_recipe_arguments(p: argparse.ArgumentParser, presets: list[str], out_example: str, *,
-                         tokenizer: bool = True, preset_help: str | None = None,
-                         init_from_help: str | None = None) -> None:
-    """The flags every ``duet train FAMILY`` stage takes (a family adds its own after these)."""
-    p.add_argument("--preset", choices=presets, default=None,
-                   help=preset_help or "model + recipe (omit with --resume)")
-    p.add_argument("--shards", default=None, help="encoded codes directory (duet data encode --out)")
-    p.add_argument("--manifest", default=None, help="manifest.jsonl (default: the one the shards name)")
-    if tokenizer:
-        p.add_argument("--tokenizer", default=None,
-                       help=f"{TRAIN_BPE} (default), {TRAIN_PHONEME_BPE} (phoneme input: espeak-ng IPA), {QWEN3}, "
-                            "or a tokenizer.json; copied into the run directory")
-        p.add_argument("--bpe-vocab", type=int, default=None,
-                       help="BPE bytes + merges for train-bpe and train-phoneme-bpe (default 2048)")
-    p.add_argument("--out", required=True, help=f"run directory, e.g. {out_example}")
-    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    p.add_argument("--init-from", default=None, help=init_from_help or
-                   "warm-start a new run from a shipped model (name or directory): weights and tokenizer")
-    p.add_argument("--steps", type=int, default=None, help="schedule length in optimizer steps (cosine end)")
-    p.add_argument("--stop-at", type=int, default=None, help="stop this invocation at this step")
-    p.add_argument("--minutes", type=float, default=None, help="stop this invocation after so many minutes")
-    p.add_argument("--batch-frames", type=int, default=None, help="padded text + audio positions per batch")
-    p.add_argument("--max-batch", type=int, default=None, help="rows per batch at most")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (base group)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up steps")
-    p.add_argument("--accum", type=int, default=None, help="gradient accumulation steps")
-    p.add_argument("--bf16", action="store_true", default=None, help="bfloat16 autocast")
-    p.add_argument("--val-every", type=int, default=None, help="steps between validations (0: none)")
-    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
-    p.add_argument("--patience", type=int, default=None, help="early stop after N validations without gain (0: off)")
-    p.add_argument("--languages", default=None, help="comma-separated manifest languages to keep, e.g. en")
-    p.add_argument("--hold-out-speakers", default=None, metavar="S1,S2",
-                   help="comma-separated manifest speakers to leave out of training and validation (voices kept "
-                        "unseen, e.g. to measure cloning on them)")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+# ---- command line (the flags themselves: duet.train.flags) ---------------------------------------------------------
 
 
 def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], cls: type[C], presets_hint: str) -> C:
@@ -308,58 +250,3 @@ def config_from_args(args: argparse.Namespace, recipe: Callable[..., C], cls: ty
     if args.preset is None and args.manifest:
         cfg = replace(cfg, manifest=args.manifest)
     return cfg
-
-
-def summary_line(result: LoopResult) -> str:
-    """One line for the end of ``duet train FAMILY``."""
-    last = ", ".join(f"{k} {v:.4f}" for k, v in result.last.items())
-    best = f", best val loss {result.best_val:.4f}" if result.best_val is not None else ""
-    return (f"{result.run_dir}: step {result.step} ({result.stopped}), {last}{best}, "
-            f"{result.skipped_steps} skipped steps")
-
-
-def run_train(train_fn: Callable[..., LoopResult], config_fn: Callable[[argparse.Namespace], Any], tokenizer: bool,
-              args: argparse.Namespace) -> int:
-    """``duet train FAMILY``'s action: ``train_fn(config_fn(args), --out, ...)`` with the shared flags (and
-    ``--tokenizer`` where the stage has it), then one summary line (rank 0 only under torchrun)."""
-    cfg = config_fn(args)
-    options = {"tokenizer": args.tokenizer} if tokenizer else {}
-    result = train_fn(cfg, args.out, resume=args.resume, stop_at_step=args.stop_at, max_minutes=args.minutes,
-                      threads=args.threads, progress=not args.quiet, init_from=args.init_from, **options)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(summary_line(result))
-    return 0
-
-
-def add_export_parser(subparsers: Any, name: str, help: str, out_example: str, export_fn: Callable[..., Path],
-                      options: Callable[[argparse.Namespace], dict[str, Any]] | None = None) -> argparse.ArgumentParser:
-    """``duet train NAME RUN --out DIR [--checkpoint C] [--latest]``: a run written as a shipped model by
-    ``export_fn(run_dir, out_dir, checkpoint, best=)``, with the keywords ``options(args)`` adds (a family's own
-    export flags, which it adds to the returned sub-parser)."""
-    e = subparsers.add_parser(name, help=help)
-    e.add_argument("run_dir")
-    e.add_argument("--out", required=True, help=f"e.g. {out_example}")
-    e.add_argument("--checkpoint", default=None, help="a specific checkpoint directory")
-    e.add_argument("--latest", action="store_true", help="the latest checkpoint instead of the best by val loss")
-    e.set_defaults(func=partial(run_export, export_fn, options))
-    return e
-
-
-def run_export(export_fn: Callable[..., Path], options: Callable[[argparse.Namespace], dict[str, Any]] | None,
-               args: argparse.Namespace) -> int:
-    """``duet train FAMILY-export RUN --out DIR [--checkpoint C] [--latest]``'s action."""
-    more = options(args) if options else {}
-    path = export_fn(args.run_dir, args.out, args.checkpoint, best=not args.latest, **more)
-    print(f"exported {args.run_dir} -> {path}")
-    return 0
-
-
-def stage_main(add_parsers: Callable[[Any], None], argv: list[str] | None = None) -> int:
-    """``python -m duet.FAMILY.train ...`` (what torchrun launches): the family's ``duet train`` stages alone."""
-    parser = argparse.ArgumentParser(prog="duet train")
-    sub = parser.add_subparsers(dest="train_command", metavar="STAGE")
-    sub.required = True
-    add_parsers(sub)
-    from duet.command import run
-
-    return run(parser, argv)

@@ -10,8 +10,9 @@ The pieces: ``duet.gepard.data`` (shards + manifest text -> length-bucketed ``Ge
 repetition), ``duet.train.objectives.gepard`` (the model's loss, split LRs x0.2 / x0.5, effective ranks),
 ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard, accumulation, checkpoints,
 exact resume, DDP, metrics and plots), ``duet.train.recipe`` (the driver every recipe shares: run directory,
-resume merging, the run's tokenizer, data, seeding, loop; the export skeleton; the shared flags). This file holds
-the config, the presets and the flags, and hands the driver what is Gepard's own.
+resume merging, the run's tokenizer, data, seeding, loop; the export skeleton; the parsing of the shared flags). This
+file holds the config, the presets and the stages' actions, and hands the driver what is Gepard's own; the flags are
+``duet.train.flags``, which ``duet train`` builds without importing this module.
 
 Run directory (``--out``): ``config.json`` (the :class:`GepardTrainConfig`; a resumed run keeps it),
 ``tokenizer.json`` (the run's own copy, trained here with ``--tokenizer train-bpe``), and the loop's
@@ -33,11 +34,12 @@ from typing import Any
 from duet.errors import DuetError
 from duet.gepard.alignment import GuidedAttentionConfig
 from duet.gepard.checkpoint import save_gepard
-from duet.gepard.config import PRESETS, GepardConfig, preset, with_aligned_input, with_voice_prefix
+from duet.gepard.config import GepardConfig, preset, with_aligned_input, with_voice_prefix
 from duet.gepard.data import GepardData, GepardDataConfig
 from duet.gepard.generate import SamplingConfig
 from duet.gepard.model import GepardModel
 from duet.train import recipe as driver
+from duet.train.flags import add_gepard_stages, run_export, run_train, stage_main
 from duet.train.loop import LoopConfig
 from duet.train.objectives.gepard import GepardPretrain
 from duet.train.runner import LoopResult
@@ -153,39 +155,14 @@ def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Pa
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
-def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Adds ``gepard`` and ``gepard-export`` to the ``duet train`` sub-commands."""
-    p = driver.add_train_parser(subparsers, "gepard", "pretrain a Gepard model on encoded codes (DDP under torchrun)",
-                                sorted(PRESETS), "runs/gepard-tiny", train_gepard, config_from_args)
-    p.add_argument("--no-augment", action="store_true", default=None, help="no short-register text repetition")
-    p.add_argument("--guided-attention", type=float, default=None, metavar="WEIGHT",
-                   help="weight of the guided-attention loss on a few heads (duet.gepard.alignment; 0 = off)")
-    p.add_argument("--guided-target", choices=("diagonal", "aligned"), default=None,
-                   help="what the guided heads are drawn to: the diagonal (default) or each frame's own text token "
-                        "from the corpus timing (attention supervision; needs timing files and a phoneme tokenizer)")
-    p.add_argument("--text-dropout", type=float, default=None, metavar="P",
-                   help="drop a row's text with probability P, training the unconditional path that CFG "
-                        "(--cfg-scale at inference) needs (default: the preset's, 0)")
-    p.add_argument("--aligned", type=int, default=None, metavar="WINDOW",
-                   help="aligned text input with WINDOW tokens either side and a duration predictor "
-                        "(duet.gepard.aligned; reads the corpus's timing files; a divergence from the report)")
-    p.add_argument("--voice-prefix", action="store_true", default=None,
-                   help="add the voice-cloning compressor (Gepard §2.6: a Q-Former turns a reference clip of the "
-                        "same speaker into K = 8 prefix vectors; duet.gepard.voice); needs a multi-speaker corpus")
-    p.add_argument("--voice-lr-multiplier", type=float, default=None, metavar="X",
-                   help="the compressor's and null prefix's learning rate as a multiple of --lr (default 0.1, the "
-                        "report's; a compressor added to a trained model may need 1)")
-    p.add_argument("--supcon-weight", type=float, default=None, metavar="W",
-                   help="L_supcon's weight with --voice-prefix (default 1, the report's; 0 trains the compressor by "
-                        "the decoder's loss and L_div alone)")
-    p.add_argument("--max-reference-frames", type=int, default=None, metavar="N",
-                   help="longest reference window in training with --voice-prefix (default: the compressor's, 1024)")
+def train_stage(args: argparse.Namespace) -> int:
+    """``duet train gepard``'s action (its flags: ``duet.train.flags.add_gepard_stages``)."""
+    return run_train(train_gepard, config_from_args, True, args)
 
-    e = driver.add_export_parser(subparsers, "gepard-export", "write a Gepard run as a shipped model (fp16 "
-                                 "safetensors)", "checkpoints/gepard-tiny", export_gepard, export_sampling)
-    e.add_argument("--temperature", type=float, default=None,
-                   help="the sampling temperature duet speak and duet serve use for this model by default (0: greedy)")
-    e.add_argument("--top-k", type=int, default=None, help="their default top-k for this model (0: off)")
+
+def export_stage(args: argparse.Namespace) -> int:
+    """``duet train gepard-export``'s action."""
+    return run_export(export_gepard, export_sampling, args)
 
 
 def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
@@ -234,9 +211,14 @@ def export_sampling(args: argparse.Namespace) -> dict[str, Any]:
     return {"sampling": {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k)) if v is not None}}
 
 
+def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``gepard`` and ``gepard-export`` to the ``duet train`` sub-commands, bound to this module."""
+    add_gepard_stages(subparsers, train_stage, export_stage)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.train.recipes.gepard gepard ...`` (what torchrun launches)."""
-    return driver.stage_main(add_train_gepard_parser, argv)
+    return stage_main(add_train_gepard_parser, argv)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ The pieces: ``duet.luna.data`` (shards + manifest text -> length-bucketed ``Luna
 ``duet.train.objectives.luna`` (masked-diffusion loss with 1/t weighting, text dropout 0.1 for CFG, prompt splits,
 the predictor's bin cross-entropy), ``duet.train.loop`` (AdamW, warm-up + cosine, clipping, bf16, non-finite guard,
 accumulation, checkpoints, exact resume, DDP, metrics and plots), ``duet.train.recipe`` (the driver every recipe
-shares: run directory, resume merging, the run's tokenizer, data, seeding, loop; the export skeleton; the shared
-flags). This file holds the config, the presets and the flags, and hands the driver what is Luna's own
-(:func:`luna_data_options` is also Luna-TTS Realtime's, ``duet.train.recipes.luna_realtime``).
+shares: run directory, resume merging, the run's tokenizer, data, seeding, loop; the export skeleton; the parsing of
+the shared flags). This file holds the config, the presets and the stages' actions, and hands the driver what is
+Luna's own (:func:`luna_data_options` is also Luna-TTS Realtime's, ``duet.train.recipes.luna_realtime``); the flags
+are ``duet.train.flags``, which ``duet train`` builds without importing this module.
 
 Duration predictor supervision: forced alignments (``duet data align --tokenizer RUN_OR_MODEL ... --out FILE``,
 then ``--alignments FILE``; ``duet.data.align``), or without them the character-proportional spread
@@ -43,10 +44,11 @@ from duet.luna.bundle import LunaBundle
 from duet.luna.config import PRESETS, LunaConfig, luna_preset
 from duet.luna.data import LunaData
 from duet.luna.decode import DecodeConfig
-from duet.luna.diffusion import OBJECTIVES, DiffusionConfig
+from duet.luna.diffusion import DiffusionConfig
 from duet.luna.duration import DurationConfig, duration_preset
 from duet.luna.shipped import load_luna, save_luna
 from duet.train import recipe as driver
+from duet.train.flags import add_luna_stages, run_export, run_train, stage_main
 from duet.train.loop import LoopConfig
 from duet.train.objectives.luna import LunaDiffusion
 from duet.train.runner import LoopResult
@@ -168,38 +170,14 @@ def export_luna(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
-def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Adds ``luna`` and ``luna-export`` to the ``duet train`` sub-commands."""
-    p = driver.add_train_parser(subparsers, "luna", "train a Luna-TTS model and its duration predictor on encoded "
-                                "codes (RVQ, or duet-fsq for the FSQ grid)", sorted(PRESETS), "runs/luna-tiny", train_luna, config_from_args)
-    p.add_argument("--codebook-weights", type=_weights, default=None, metavar="W0,W1,...",
-                   help="per-codebook loss weights, one per codebook, normalised to mean 1 (duet.luna.diffusion; "
-                        "default: the preset's)")
-    p.add_argument("--objective", choices=OBJECTIVES, default=None,
-                   help="elbo: the report's masked-diffusion bound (uniform noise level, 1/t weight); maskgit: a "
-                        "cosine mask ratio and the mean CE of the masked cells (default: the preset's)")
-    p.add_argument("--tie-heads", action=argparse.BooleanOptionalAction, default=None,
-                   help="tie each code head to its codebook's embedding table (a new run only; default: the preset's)")
-    p.add_argument("--aligned", type=int, default=None, metavar="WINDOW",
-                   help="aligned text input with WINDOW tokens either side, laid out by the corpus's timing files "
-                        "in training and by the duration predictor at inference (duet.nn.aligned; needs a phoneme "
-                        "tokenizer; a divergence from the report; a new run only)")
-    p.add_argument("--alignments", default=None,
-                   help="duration targets from `duet data align` (made with the run's tokenizer; default: the "
-                        "character spread)")
-    p.add_argument("--duration-only", action="store_true", default=None,
-                   help="train the duration predictor alone (with --init-from: retrain a shipped model's predictor)")
-
-    add_decode_flags(driver.add_export_parser(subparsers, "luna-export", "write a Luna run as a shipped model (fp16 "
-                                              "safetensors)", "checkpoints/luna-tiny", export_luna, export_decode))
+def train_stage(args: argparse.Namespace) -> int:
+    """``duet train luna``'s action (its flags: ``duet.train.flags.add_luna_stages``)."""
+    return run_train(train_luna, config_from_args, True, args)
 
 
-def add_decode_flags(export: argparse.ArgumentParser) -> None:
-    """The decoding defaults a Luna export carries (``luna-export``, ``luna-realtime-export``)."""
-    export.add_argument("--steps", type=int, default=None, help="the refinement steps duet speak and duet serve use "
-                        "for this model by default (Realtime: per block)")
-    export.add_argument("--temperature", type=float, default=None, help="their default token temperature (0: greedy)")
-    export.add_argument("--cfg-scale", type=float, default=None, help="their default CFG scale (1: off)")
+def export_stage(args: argparse.Namespace) -> int:
+    """``duet train luna-export``'s action."""
+    return run_export(export_luna, export_decode, args)
 
 
 def export_decode(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,19 +213,14 @@ def config_from_args(args: argparse.Namespace) -> LunaTrainConfig:
     return cfg
 
 
-def _weights(text: str) -> tuple[float, ...]:
-    try:
-        weights = tuple(float(w) for w in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if min(weights) < 0 or sum(weights) <= 0:
-        raise argparse.ArgumentTypeError(f"weights must be >= 0 with a positive sum, got {text!r}")
-    return weights
+def add_train_luna_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``luna`` and ``luna-export`` to the ``duet train`` sub-commands, bound to this module."""
+    add_luna_stages(subparsers, train_stage, export_stage)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.train.recipes.luna luna ...`` (what torchrun launches)."""
-    return driver.stage_main(add_train_luna_parser, argv)
+    return stage_main(add_train_luna_parser, argv)
 
 
 if __name__ == "__main__":

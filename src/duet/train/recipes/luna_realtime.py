@@ -44,12 +44,11 @@ from duet.luna.realtime_loss import RealtimeObjective
 from duet.luna.shipped import load_luna, save_luna_realtime
 from duet.train import recipe as driver
 from duet.train.checkpoint import latest_checkpoint
+from duet.train.flags import REALTIME_DEFAULT_PRESET, add_realtime_stages, run_export, run_train, stage_main
 from duet.train.loop import LoopConfig
 from duet.train.objectives.luna import LunaRealtimeDiffusion
-from duet.train.recipes.luna import add_decode_flags, export_decode, luna_data_options
+from duet.train.recipes.luna import export_decode, luna_data_options
 from duet.train.runner import LoopResult
-
-DEFAULT_PRESET = "luna-realtime-tiny"
 
 
 @dataclass(frozen=True)
@@ -150,28 +149,21 @@ def export_luna_realtime(run_dir: str | Path, out_dir: str | Path, checkpoint: s
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
-def add_train_realtime_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Adds ``luna-realtime`` and ``luna-realtime-export`` to the ``duet train`` sub-commands."""
-    p = driver.add_train_parser(subparsers, "luna-realtime", "continue a shipped Luna as Luna-TTS Realtime (block "
-                                "diffusion)", sorted(PRESETS), "runs/luna-realtime-tiny", train_luna_realtime,
-                                config_from_args, tokenizer=False,
-                                preset_help=f"training settings and block size (default {DEFAULT_PRESET}; the "
-                                            "model's shape is --init-from's; omit with --resume)",
-                                init_from_help="the shipped Luna to continue (name or directory): weights, "
-                                               "tokenizer, duration predictor; required for a new run")
-    p.add_argument("--block-size", type=int, default=None, help="frames per block (default 32 = 1.28 s)")
-    p.add_argument("--end-weight", type=float, default=None, help="weight of the end-of-speech BCE (default 1)")
+def train_stage(args: argparse.Namespace) -> int:
+    """``duet train luna-realtime``'s action (its flags: ``duet.train.flags.add_realtime_stages``)."""
+    return run_train(train_luna_realtime, config_from_args, False, args)
 
-    add_decode_flags(driver.add_export_parser(subparsers, "luna-realtime-export", "write a Luna Realtime run as a "
-                                              "shipped model (fp16)", "checkpoints/luna-realtime-tiny",
-                                              export_luna_realtime, export_decode))
+
+def export_stage(args: argparse.Namespace) -> int:
+    """``duet train luna-realtime-export``'s action."""
+    return run_export(export_luna_realtime, export_decode, args)
 
 
 def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:
     """Flags -> RealtimeTrainConfig. A new run takes the model from ``--init-from`` (preset default
     luna-realtime-tiny); a resume without ``--preset`` the run's config, with the given overrides."""
     if args.preset is None and not args.resume:
-        args = argparse.Namespace(**{**vars(args), "preset": DEFAULT_PRESET})
+        args = argparse.Namespace(**{**vars(args), "preset": REALTIME_DEFAULT_PRESET})
     shipped = None
     if args.preset is not None:
         if args.init_from is None:
@@ -191,9 +183,14 @@ def config_from_args(args: argparse.Namespace) -> RealtimeTrainConfig:
     return cfg
 
 
+def add_train_realtime_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``luna-realtime`` and ``luna-realtime-export`` to the ``duet train`` sub-commands, bound to this module."""
+    add_realtime_stages(subparsers, train_stage, export_stage)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m duet.train.recipes.luna_realtime luna-realtime ...`` (what torchrun launches)."""
-    return driver.stage_main(add_train_realtime_parser, argv)
+    return stage_main(add_train_realtime_parser, argv)
 
 
 if __name__ == "__main__":

@@ -39,26 +39,26 @@ def write_tiny_gepard(root: Path, seed: int = 0, text_dropout_prob: float = 0.0,
     return save_gepard(model, tokenizer, root / "gepard-test", codec={"name": str(root / "codec")})
 
 
-def write_tiny_luna(root: Path, seed: int = 0, num_bins: int = 16, fsq: bool = False) -> Path:
+def write_tiny_luna(root: Path, seed: int = 0, num_bins: int = 16, fsq: bool = False, aligned: bool = False) -> Path:
     """A 2-layer Luna (4 codebooks x 64, the rvq-tiny codec's grid; ``fsq``: the FSQ channel grid of a random fsq-tiny
-    codec, 32 digits) with a 2-layer duration predictor, whose config names that random codec in root/codec.
-    Returns the model directory, root/luna-test.
+    codec, 32 digits) with a 2-layer duration predictor, whose config names that random codec in root/codec;
+    ``aligned`` adds aligned text input (window 1). Returns the model directory, root/luna-test.
 
     With random weights the predictor's expected duration is about (num_bins - 1) / 2 frames per token."""
     torch.manual_seed(seed)
     tokenizer = _codec_and_tokenizer(root, fsq)
-    bundle = LunaBundle(*_luna_tiny_configs(num_bins, fsq)).eval()
+    bundle = LunaBundle(*_luna_tiny_configs(num_bins, fsq, aligned)).eval()
     return save_luna(bundle, tokenizer, root / "luna-test", codec={"name": str(root / "codec")})
 
 
 def write_tiny_luna_realtime(root: Path, seed: int = 0, block_size: int = 4, end_bias: float | None = None,
-                             fsq: bool = False) -> Path:
+                             fsq: bool = False, aligned: bool = False) -> Path:
     """``write_tiny_luna``'s shapes as a Luna Realtime model (blocks of ``block_size`` frames) in root/realtime-test.
     ``end_bias`` (if given) sets the end head's bias: -20 never ends (every piece runs to its bound), +20 ends at
     once. Its config names a random rvq-tiny codec (``fsq``: fsq-tiny) in root/codec."""
     torch.manual_seed(seed)
     tokenizer = _codec_and_tokenizer(root, fsq)
-    luna, duration = _luna_tiny_configs(16, fsq)
+    luna, duration = _luna_tiny_configs(16, fsq, aligned)
     bundle = RealtimeBundle(RealtimeConfig(luna=luna, block_size=block_size), duration).eval()
     if end_bias is not None:
         with torch.no_grad():
@@ -80,12 +80,12 @@ def _codec_and_tokenizer(root: Path, fsq: bool) -> Path:
     return save_bpe(train_bpe(TEXTS * 3, BPEConfig(vocab_size=300)), root / "tokenizer.json")
 
 
-def _luna_tiny_configs(num_bins: int, fsq: bool = False) -> tuple[LunaConfig, DurationConfig]:
+def _luna_tiny_configs(num_bins: int, fsq: bool = False, aligned: bool = False) -> tuple[LunaConfig, DurationConfig]:
     def backbone(width: int) -> BackboneConfig:
         return BackboneConfig(num_layers=2, width=width, num_heads=4, num_kv_heads=2, head_dim=8,
                               mlp_width=2 * width, vocab_size=512, rope_theta=10_000.0, max_positions=512)
 
     grid = dict(num_codebooks=32, codebook_size=8, fsq_levels=(8, 7, 6, 6)) if fsq else dict(num_codebooks=4,
                                                                                              codebook_size=64)
-    return (LunaConfig(backbone=backbone(32), **grid),
+    return (LunaConfig(backbone=backbone(32), aligned_window=1 if aligned else None, **grid),
             DurationConfig(backbone=backbone(16), num_bins=num_bins))

@@ -14,7 +14,8 @@ too):
 
 Every speaker has one surface: ``voices``, ``sample_rate``, ``speak(text, voice=, seed=, temperature=, top_k=,
 cfg_scale=, speed=, steps=) -> Speech`` and ``stream(text, ...) -> Iterator[np.ndarray]`` (audio chunks as they are
-decoded); an option the family does not take (``steps`` for Gepard, ``speed`` for Realtime) is a DuetError.
+decoded); an option the family does not take (``steps`` for Gepard, ``speed`` for Realtime) is a DuetError. A model
+with aligned text input also says where each word lies in its audio (``Speech.words``, ``duet.tts.timestamps``).
 """
 
 from __future__ import annotations

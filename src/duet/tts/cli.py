@@ -1,6 +1,6 @@
 """``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
 [--seed N] [--steps S] [--speed X] [--cfg-scale W] [--prompt REF.wav --prompt-text "what REF says"]
-[--voice-ref REF.wav] [--emotion happy]``.
+[--voice-ref REF.wav] [--emotion happy] [--timestamps words.json|words.srt|words.vtt]``.
 
 ``--stdin-stream`` speaks standard input while it is still arriving (typed, or piped from an LLM), a sentence or
 a clause at a time as soon as it is complete (``duet.tts.live``), writing the file as audio comes.
@@ -27,6 +27,12 @@ Luna whose tokenizer has no emotion tokens) refuses it once loaded, in one line.
 ``--prompt`` with ``--prompt-text`` clones the voice of a reference clip (Luna only: the clip's codes and its
 transcript condition the new text, Luna §2.5; ``duet.tts.speaker.Speaker.voice_prompt``). A silent, unreadable or
 too long clip, or one flag without the other, is refused in one line.
+
+``--timestamps FILE`` writes where every word (and, for a model reading phonemes, every phone) lies in the audio,
+from the model's own alignment (``duet.tts.timestamps``): ``.json`` holds words and phones, ``.srt`` and ``.vtt``
+are captions of short groups of words (``duet.tts.captions``). The same timings are written with ``--stream`` and
+``--stdin-stream``. A model whose frames follow no layout of its text (a Gepard without aligned text input) has
+none: the flag is refused in one line once the model is loaded; a bad extension or unwritable path before.
 
 ``--voice-ref`` clones the voice of a reference clip with no transcript (a Gepard trained with the voice
 compressor, ``duet train gepard --voice-prefix``: the clip is compressed to K prefix vectors, Gepard §2.6;
@@ -85,6 +91,9 @@ def register(subparsers) -> None:
     p.add_argument("--voice-ref", default=None, metavar="REF.wav",
                    help="a reference clip whose voice to clone, no transcript needed (a Gepard with the voice "
                         "compressor)")
+    p.add_argument("--timestamps", default=None, metavar="FILE",
+                   help="write each word's start and end from the model's alignment: .json (words and phones), "
+                        ".srt or .vtt (captions); models with aligned text input")
     p.set_defaults(func=run_speak)
 
 
@@ -104,6 +113,41 @@ def check_output(path: Path) -> str:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise DuetError(f"cannot write {path}: use a .wav, .flac or .ogg file name")
+    check_writable(path)
+    return fmt
+
+
+def check_timestamps_path(path: str | None) -> Path | None:
+    """``--timestamps``: a .json, .srt or .vtt file that can be written (checked before any model is loaded)."""
+    if path is None:
+        return None
+    from duet.tts.captions import timestamps_format
+
+    out = Path(path)
+    timestamps_format(out)
+    check_writable(out)
+    return out
+
+
+def check_timestamps_model(speaker, timestamps: Path | None) -> list | None:
+    """A list to collect the words' timings in when ``--timestamps`` is given; a DuetError for a model without."""
+    if timestamps is None:
+        return None
+    if not speaker.has_timings:
+        raise DuetError(f"--timestamps: {speaker.name} has no word timings (its frames follow no layout of its "
+                        "text: it has no aligned text input)")
+    return []
+
+
+def write_timestamps(path: Path | None, words: list | None, seconds: float, speaker) -> None:
+    if path is not None and words is not None:
+        from duet.tts.captions import write_timestamps as write
+
+        write(path, words, duration=seconds, sample_rate=speaker.sample_rate, model=speaker.name)
+
+
+def check_writable(path: Path) -> None:
+    """A DuetError if a file cannot be written at ``path``."""
     if path.is_dir():
         raise DuetError(f"cannot write {path}: it is a directory")
     parent = path.parent if str(path.parent) else Path(".")
@@ -119,7 +163,6 @@ def check_output(path: Path) -> str:
         raise DuetError(f"cannot write {path}: {err.strerror or err}") from err
     if not existed:
         path.unlink(missing_ok=True)
-    return fmt
 
 
 def check_luna_options(model: str, steps: int | None, speed: float | None, prompt: str | None = None,
@@ -201,10 +244,12 @@ def run_speak(args: argparse.Namespace) -> int:
         raise DuetError(problem)
     out = Path(args.output)
     fmt = check_output(out)
+    stamps = check_timestamps_path(args.timestamps)
     check_voice_ref(args.voice_ref, args.prompt)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
     model_options |= check_emotion_flag(args.emotion)
     speaker = load(args.model)
+    words = check_timestamps_model(speaker, stamps)
     if args.voice_ref is not None:
         model_options["voice_ref"] = args.voice_ref
     if "prompt" in model_options:
@@ -217,7 +262,7 @@ def run_speak(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.stream:
         first, samples, ended = None, 0, []
-        chunks = speaker.stream(text, ended=ended, **options)  # a speaker that checks input eagerly does it here
+        chunks = speaker.stream(text, ended=ended, words=words, **options)  # checks input eagerly, here
         with sf.SoundFile(out, "w", samplerate=speaker.sample_rate, channels=1, format=fmt) as f:
             for chunk in chunks:
                 if first is None and len(chunk):
@@ -234,6 +279,8 @@ def run_speak(args: argparse.Namespace) -> int:
         except (OSError, RuntimeError) as err:  # soundfile's errors are RuntimeErrors
             raise DuetError(f"cannot write {out}: {err}") from err
         seconds, ended, ttfa = speech.seconds, list(speech.ended), ""
+        words = None if words is None else list(speech.words or ())
+    write_timestamps(stamps, words, seconds, speaker)
     wall = time.perf_counter() - started
     bound = sum(e == "bound" for e in ended)
     note = f"; {bound} of {len(ended)} pieces hit the length bound" if bound else ""
@@ -257,9 +304,11 @@ def run_stdin_stream(args: argparse.Namespace) -> int:
     check_sampling(args.temperature, args.top_k, args.seed)
     out = Path(args.output)
     fmt = check_output(out)
+    stamps = check_timestamps_path(args.timestamps)
     model_options = check_luna_options(args.model, args.steps, args.speed) | check_emotion_flag(args.emotion)
     check_voice_ref(args.voice_ref, args.prompt)
     speaker = load(args.model)
+    words = check_timestamps_model(speaker, stamps)
     if args.voice_ref is not None:  # read once: every piece carries the same samples
         model_options["voice_ref"] = speaker.reference_audio(args.voice_ref)
     started = time.perf_counter()
@@ -279,10 +328,11 @@ def run_stdin_stream(args: argparse.Namespace) -> int:
 
         ended = speak_live(speaker, read_deltas(sys.stdin.fileno()), write, seed=args.seed, on_piece=announce,
                            voice=args.voice, temperature=args.temperature, top_k=args.top_k,
-                           cfg_scale=args.cfg_scale, **model_options)
+                           cfg_scale=args.cfg_scale, words=words, **model_options)
     if not ended:
         out.unlink(missing_ok=True)
         raise DuetError("standard input held no text")
+    write_timestamps(stamps, words, samples / speaker.sample_rate, speaker)
     bound = sum(e == "bound" for e in ended)
     note = f"; {bound} of {len(ended)} pieces hit the length bound" if bound else ""
     print(f"{out}: {samples / speaker.sample_rate:.2f} s of audio in {len(ended)} pieces, first audio "

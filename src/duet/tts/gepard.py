@@ -23,7 +23,9 @@ threshold is not fed (its caller drops that step's phantom frame), so a row neve
 Aligned text input (``duet.gepard.aligned``): prefill runs the model's own ``prefill`` (its duration predictor lays
 the text out, at the request's ``speed``) and each row keeps its embedded text, durations and next audio position;
 a step adds every row's aligned input, computed in one call over the rows padded to the longest text. Such a model
-knows how long a text will be: one predicted to end within ``margin_frames`` of its bound is refused.
+knows how long a text will be: one predicted to end within ``margin_frames`` of its bound is refused. Its layout
+(the conditional row's durations: output frame f is laid out at audio position f) goes out with every step of the
+request as a ``TextLayout`` (``duet.tts.timestamps``: word timings), when the runtime has the tokenizer.
 
 Voice cloning (a model with the voice compressor, ``GepardConfig.voice``; Gepard §2.6). A request's ``reference``
 (mono float32 at the codec's rate) is encoded by the codec once, unfolded to channel digits, cut to the
@@ -46,7 +48,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -65,6 +67,7 @@ from duet.tts.kv_pool import KVPool
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, kv_cache_bytes, restoring_generators
 from duet.tts.sampling import SamplingParams, sample_requests
+from duet.tts.timestamps import TextLayout
 
 
 @dataclass(frozen=True)
@@ -115,12 +118,15 @@ class GepardState:
     generator: torch.Generator
     rows: list[_Row]  # conditional, then unconditional when guiding
     cfg_scale: float = 1.0
+    layout: TextLayout | None = None  # aligned models: the text over the frames, on every output
 
 
 @dataclass(eq=False)
 class GepardRuntime:
     """Implements ``duet.tts.runtime.FamilyRuntime`` for a :class:`GepardModel` and a packed-token codec.
-    ``encode`` turns a text into its prompt ids [SOT, text ids, EOT, SOS] (``duet.text.prompts.gepard_prompt``)."""
+    ``encode`` turns a text into its prompt ids [SOT, text ids, EOT, SOS] (``duet.text.prompts.gepard_prompt``)
+    with ``tokenizer`` in ``language``; without the tokenizer an aligned model's layout stays unknown (no word
+    timings)."""
 
     model: GepardModel
     codec: Codec
@@ -128,6 +134,8 @@ class GepardRuntime:
     name: str = "gepard"
     config: GepardRuntimeConfig = GepardRuntimeConfig()
     fsq: GroupFSQ = field(default_factory=lambda: GroupFSQ(FSQConfig()))
+    tokenizer: Any = None
+    language: str = "en"
 
     def __post_init__(self) -> None:
         mcfg = self.model.config
@@ -141,7 +149,8 @@ class GepardRuntime:
                                                        "decodes until it stops, so there is no length to scale")
         self.traits = FamilyTraits(speed=no_speed, nucleus=True, cloning=self.model.has_voice,
                                    cloning_note=": it has no voice compressor (train one with duet train gepard "
-                                                "--voice-prefix)")
+                                                "--voice-prefix)",
+                                   timings=self.model.is_aligned and self.tokenizer is not None)
         bb = mcfg.backbone
         self._dtype = self.model.embed_tokens.weight.dtype
         self._device = self.model.embed_tokens.weight.device
@@ -212,8 +221,16 @@ class GepardRuntime:
             prompts = [prompt] if w == 1.0 else [prompt, self.model.unconditional(prompt)]
             rows = [self._prefill_row(p, bound) for p in prompts]
             generator = torch.Generator(device=self._device).manual_seed(seed)
-            states.append(GepardState(request, generator, rows, w))
+            states.append(GepardState(request, generator, rows, w, self._layout(request, rows[0])))
         return states
+
+    def _layout(self, request: SynthesisRequest, row: _Row) -> TextLayout | None:
+        """The conditional row's durations over the prompt ids, the ones its aligned input follows."""
+        if row.aligned is None or self.tokenizer is None:
+            return None
+        durations = row.aligned.durations[0].tolist()  # (S,)
+        return TextLayout(request.text, tuple(self._text_ids(request)), tuple(durations), self.tokenizer,
+                          self.language)
 
     def _prefix(self, request: SynthesisRequest) -> torch.Tensor | None:
         """The request's prefix (1, K, D): its reference compressed, or ``null_prefix``; None for a model without
@@ -261,7 +278,7 @@ class GepardRuntime:
                 rows = [(row, i) for i in go_on for row in states[i].rows]
                 self._decode([row for row, _ in rows], frames[[i for _, i in rows]])  # frames (R, C); writes last
         packed = self.fsq.fold(frames.cpu()[:, :, None])  # (B, G, 1); codes leave the runtime on the CPU
-        return [StepOutput(codes=packed[i], stop_prob=p_stop[i]) for i in range(len(states))]
+        return [StepOutput(codes=packed[i], stop_prob=p_stop[i], layout=s.layout) for i, s in enumerate(states)]
 
     def release(self, state: GepardState) -> None:
         for row in state.rows:
@@ -330,4 +347,4 @@ def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str 
     tokenizer = loaded.tokenizer
     return GepardRuntime(loaded.model, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device),
                          lambda text: gepard_prompt(text, tokenizer, language=language), name or loaded.path.name,
-                         config)
+                         config, tokenizer=tokenizer, language=language)

@@ -4,7 +4,8 @@ The text is cut into pieces by ``duet.text.segmenter`` (a sentence end, a clause
 bound, or a stall of ``idle_seconds``), and each piece is spoken as soon as it is cut, through the speaker's own
 ``stream``, with piece i seeded ``seed + i`` and the speaker's gap between pieces: the same pieces, seeds and gaps as
 a ``/v1/audio/speech/stream`` session of the same text (``duet.serve.text_stream``). While a piece is spoken, the
-text that arrives meanwhile waits in a reader thread, so nothing typed is lost.
+text that arrives meanwhile waits in a reader thread, so nothing typed is lost. Word timings (a model that has them)
+are collected per piece by the speaker's ``stream`` and placed where the piece's audio starts in what was written.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from duet.limits import SEED_LIMIT
 from duet.text.segmenter import SegmenterConfig, TextSegmenter
 from duet.tts.speech import silence
+from duet.tts.timestamps import WordTiming, shifted
 
 
 def read_deltas(fd: int, poll_s: float = 0.05, chunk_bytes: int = 4096) -> Iterator[str | None]:
@@ -56,13 +58,21 @@ def read_deltas(fd: int, poll_s: float = 0.05, chunk_bytes: int = 4096) -> Itera
 def speak_live(speaker, deltas: Iterable[str | None], write: Callable[[np.ndarray], None], *,
                seed: int | None = None, config: SegmenterConfig = SegmenterConfig(),
                on_piece: Callable[[int, str], None] | None = None,
-               clock: Callable[[], float] = time.monotonic, **options: Any) -> list[str]:
+               clock: Callable[[], float] = time.monotonic, words: list[WordTiming] | None = None,
+               **options: Any) -> list[str]:
     """Speak ``deltas`` (text, or None for "nothing new yet") piece by piece as they become ready, passing audio
-    chunks to ``write``. -> how each piece ended (``duet.finish``)."""
+    chunks to ``write``; ``words`` (if given) collects the words' timings in seconds of what was written. -> how
+    each piece ended (``duet.finish``)."""
     base = seed if seed is not None else random.SystemRandom().randrange(SEED_LIMIT)
     gap = silence(speaker.config.gap_seconds, speaker.sample_rate)
     segmenter = TextSegmenter(config)
     ended: list[str] = []
+    written = 0  # samples
+
+    def emit(chunk: np.ndarray) -> None:
+        nonlocal written
+        write(chunk)
+        written += len(chunk)
 
     def say(pieces: list[str]) -> None:
         for piece in pieces:
@@ -70,10 +80,15 @@ def speak_live(speaker, deltas: Iterable[str | None], write: Callable[[np.ndarra
             if on_piece is not None:
                 on_piece(index, piece)
             if index:
-                write(gap)
+                emit(gap)
+            start = written
             piece_ended: list[str] = []
-            for chunk in speaker.stream(piece, seed=(base + index) % SEED_LIMIT, ended=piece_ended, **options):
-                write(chunk)
+            timed: dict[str, Any] = {} if words is None else {"words": []}
+            for chunk in speaker.stream(piece, seed=(base + index) % SEED_LIMIT, ended=piece_ended, **timed,
+                                        **options):
+                emit(chunk)
+            if words is not None:
+                words.extend(shifted(timed["words"], start / speaker.sample_rate))
             ended.append("bound" if "bound" in piece_ended else "stop")
 
     for delta in deltas:

@@ -21,7 +21,8 @@ Length: T = round(sum of the duration predictor's expected token durations / ``s
 prediction ends at its bound ("bound"), any other ends where the model said ("stop", ``duet.finish``). A request
 that sets no ``max_frames`` and whose prediction does not fit is refused (clients split long texts themselves; the
 Speaker splits at sentences and sets its bound). An aligned model lays the text over the grid by the predictor's
-per-token durations scaled to T (``duet.luna.duration.fit_durations``).
+per-token durations scaled to T (``duet.luna.duration.fit_durations``); that layout goes out with every step of the
+request (``StepOutput.layout``, ``duet.tts.timestamps``: word timings).
 
 Sampling: ``steps`` (default ``LunaRuntimeConfig.decode.steps``, 32 as in §2.5), ``temperature``, ``top_k`` and
 ``cfg_scale`` come from the request's ``SamplingParams``; the selection noise is the runtime's. ``top_p`` < 1 is
@@ -70,6 +71,7 @@ from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
 from duet.tts.request import SynthesisRequest, VoicePrompt
 from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, restoring_generators
 from duet.tts.sampling import SamplingParams
+from duet.tts.timestamps import TextLayout
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class LunaState:
     decode: DecodeConfig
     generator: torch.Generator
     complete: bool  # T is the whole prediction (not cut at a bound): the last output is final
+    layout: TextLayout | None = None  # aligned models: the text over [prompt | grid], on every output
     step: int = 0  # refinement steps done
 
     @property
@@ -118,7 +121,7 @@ class LunaRuntime(LunaParts):
         self.config = config
         self.traits = FamilyTraits(voice_prompt=True, steps=True, cloning_note=": Luna clones by infilling after "
                                    "the reference and its transcript, and the request has no transcript field",
-                                   **self.emotion_traits)
+                                   timings=self.grid.is_aligned, **self.emotion_traits)
         mcfg = model.config
         itemsize = model.audio_embed.weight.element_size()
         rows = 2 if config.decode.cfg_scale != 1.0 else 1  # CFG: a conditional and an unconditional row per request
@@ -230,8 +233,17 @@ class LunaRuntime(LunaParts):
             layout = self.layout(plan.ids, frames, plan.transcript, 0 if prompt is None else prompt.shape[0])
             states.append(LunaState(request, plan.ids, prompt, None if layout is None else layout[0], tokens, still,
                                     still.flatten(1).sum(dim=1), request_decode_config(self.config.decode, request),
-                                    generator, complete=frames == plan.frames))
+                                    generator, complete=frames == plan.frames,
+                                    layout=None if layout is None else self._text_layout(request, plan, layout[0])))
         return states
+
+    def _text_layout(self, request: SynthesisRequest, plan: _Plan, durations: torch.Tensor) -> TextLayout:
+        """durations (S,) over [prompt | grid] -> the request's layout; a prompt's transcript lies before frame 0."""
+        prompt = request.prompt
+        text = request.text if prompt is None else f"{prompt.text} {request.text}"  # what _predict encodes
+        n = min(plan.transcript, durations.shape[0] - 1)  # as LunaParts.layout cuts it
+        return TextLayout(text, tuple(plan.ids), tuple(durations.tolist()), self.tokenizer, self.language,
+                          offset=float(durations[:n].sum()), prompt_tokens=n)
 
     @torch.no_grad()
     def step(self, states: Sequence[LunaState]) -> list[StepOutput]:
@@ -251,9 +263,9 @@ class LunaRuntime(LunaParts):
             s.tokens, s.still = tokens, s.still & ~commit
             s.step += 1
             if s.step == s.decode.steps:  # (T, Q) -> codec layout (Q_c, T)
-                outs.append(StepOutput(codes=self.codec_codes(s.tokens[0]), final=s.complete))
+                outs.append(StepOutput(codes=self.codec_codes(s.tokens[0]), final=s.complete, layout=s.layout))
             else:
-                outs.append(StepOutput(codes=self._empty))
+                outs.append(StepOutput(codes=self._empty, layout=s.layout))
         return outs
 
     def release(self, state: LunaState) -> None:

@@ -15,6 +15,10 @@ holds a ``KVBlockSession`` (its KV cache), a ``DecodeConfig`` and a ``torch.Gene
 This is ``stream.stream_blocks`` unrolled into a state machine, one refinement step per call, drawing the same random
 numbers in the same order, so a request reproduces ``stream_speech`` at the same seed exactly.
 
+An aligned model's layout (the duration predictor's frames per token, as the session's aligned input reads them)
+goes out with every step of the request (``StepOutput.layout``, ``duet.tts.timestamps``: word timings); where the
+end head ends the speech, the audio ends, whatever the layout had left.
+
 How a request ends (``duet.tts.runtime.settle``): the end head places the end inside the active block: its frames
 before the end go out with ``final=True`` ("stop"; with the end at the block's first frame that last output has no
 frames); or the request reaches its length bound first: the last block (cut to the bound) goes out with
@@ -68,6 +72,7 @@ from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, kv_cache_bytes
 from duet.tts.sampling import SamplingParams
+from duet.tts.timestamps import TextLayout
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class RealtimeState:
     end_model: int = 0  # the end head's first past-the-end frame in the block (B_k: none)
     frames: int = 0  # frames the block generates: end_model cut to the frames the bound leaves
     done: bool = False
+    layout: TextLayout | None = field(default=None, repr=False)  # aligned models: the text over the frames
 
 
 class RealtimeRuntime(LunaParts):
@@ -120,7 +126,8 @@ class RealtimeRuntime(LunaParts):
                  name: str = "luna-realtime", config: RealtimeRuntimeConfig = RealtimeRuntimeConfig()):
         super().__init__(model, duration, tokenizer, codec, model.config.luna, name, config.language)
         self.config = config
-        self.traits = FamilyTraits(speed="the model decides where speech ends", steps=True, **self.emotion_traits)
+        self.traits = FamilyTraits(speed="the model decides where speech ends", steps=True,
+                                   timings=self.grid.is_aligned, **self.emotion_traits)
         self.block_size = model.block_size
         weight = model.luna.audio_embed.weight
         self._device = weight.device
@@ -202,11 +209,16 @@ class RealtimeRuntime(LunaParts):
             plan = self._plan(request)
             decode = request_decode_config(self.config.stream.decode, request)
             text_ids = torch.tensor(plan.ids, dtype=torch.long, device=self._device)  # (S,)
+            durations = self.aligned_durations(plan.ids)  # (S,) or None
             session = KVBlockSession(self.model, text_ids, None, guidance=decode.cfg_scale != 1.0,
-                                     durations=self.aligned_durations(plan.ids))
+                                     durations=durations)
             generator = torch.Generator().manual_seed(seed)  # a CPU generator: the sampler moves its numbers
             bound = request.params.max_frames or self.frame_bound(request)
-            states.append(RealtimeState(request, session, decode, generator, bound, min(plan.floor, bound)))
+            layout = None if durations is None else TextLayout(request.text, tuple(plan.ids),
+                                                               tuple(durations.tolist()), self.tokenizer,
+                                                               self.language)
+            states.append(RealtimeState(request, session, decode, generator, bound, min(plan.floor, bound),
+                                        layout=layout))
         return states
 
     @torch.no_grad()
@@ -214,7 +226,8 @@ class RealtimeRuntime(LunaParts):
         outs = []
         for s in states:  # one request after another (module docstring, "Batching"): a failure stays with its request
             try:
-                outs.append(self._refine(s))
+                out = self._refine(s)
+                outs.append(out if s.layout is None else replace(out, layout=s.layout))
             except Exception as err:
                 outs.append(StepOutput(codes=self._empty, error=f"decode step failed: {err}"))
         return outs

@@ -16,6 +16,10 @@ What a step's output means is one rule for every caller (:func:`settle`). What e
 (unknown voice, cloning, an emotion, speed, nucleus sampling) is checked once (:func:`check_request`), from the
 family's :class:`FamilyTraits`; a runtime's own ``check`` adds what only it knows (positions, predicted length).
 
+A runtime whose frames follow a layout of its text (aligned text input) puts that layout on every output of the
+request (``StepOutput.layout``, which ``duet.tts.timestamps`` reads into word timings) and says so in its traits
+(``timings``).
+
 Failures stay with their request. ``prefill`` and ``step`` either succeed for every request given or raise with
 every state as it was (random streams included: :func:`restoring_generators`), so a caller can run the requests
 again one by one; a runtime that steps its requests one after another returns ``StepOutput(error=...)`` for a
@@ -42,6 +46,7 @@ from duet.finish import BOUND, STOP
 from duet.text.tokens import EMOTIONS
 from duet.tts.request import SynthesisRequest
 from duet.tts.sampling import SamplingParams
+from duet.tts.timestamps import TextLayout
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class StepOutput:
     stop_prob: float | None = None  # AR families: probability that this step is the end (compared to the threshold)
     final: bool = False  # the runtime says this request is complete after these codes (non-AR families)
     error: str | None = None  # this request failed in this step (the others of the step did not)
+    layout: TextLayout | None = None  # how the request's text lies over its frames (aligned models), else None
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class FamilyTraits:
     cloning_note: str = ""  # why a reference clip alone is refused, appended to the message
     emotions: tuple[str, ...] = ()  # the utterance-level emotions it takes (EMOTIONS); (): no emotion control
     emotion_note: str = ""  # why it takes none, appended to the message
+    timings: bool = False  # its outputs carry a TextLayout: word timings from its own alignment
 
 
 class Stepped(Protocol):

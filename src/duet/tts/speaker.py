@@ -28,6 +28,12 @@ frames or more: a Gepard frame, a Luna Realtime block, a Luna sentence); ``strea
 as chunks of their own; ``speak`` joins the same chunks, so ``speak(text).audio`` is the concatenation of
 ``stream(text)`` exactly.
 
+Word timings (``duet.tts.timestamps``), for a model whose frames follow a layout of its text (``has_timings``): each
+piece's words come from the layout its runtime hands out with every step and the frames the piece produced, and are
+placed in the utterance where the piece's audio starts (after the gaps before it). ``speak`` puts them on
+``Speech.words``; ``stream(..., words=[])`` collects the same ones as each piece ends; with ``chunks(..., timed=True)``
+a piece's last chunk carries its own, in seconds from the piece's start. A model without a layout has none (None).
+
 Shape legend: K code streams of the codec, t frames, s samples.
 """
 
@@ -47,6 +53,7 @@ from duet.text.sentences import split_sentences
 from duet.tts.request import SynthesisRequest, VoicePrompt
 from duet.tts.runtime import FamilyRuntime, check_common, settle
 from duet.tts.speech import Speech, silence
+from duet.tts.timestamps import TextLayout, WordTiming, piece_words, shifted
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,8 @@ class Chunk:
     codes: torch.Tensor  # (K, t) the frames this chunk decodes
     audio: torch.Tensor  # (s,) float32; the piece's last chunk includes the decoder's flush
     end: str | None  # None while the piece goes on; "stop" or "bound" on its last chunk (duet.finish)
+    # on the last chunk of a timed piece: its words, in seconds from the piece's start (duet.tts.timestamps)
+    words: tuple[WordTiming, ...] | None = None
 
 
 class Speaker:
@@ -89,6 +98,11 @@ class Speaker:
     @property
     def sample_rate(self) -> int:
         return self.runtime.codec.sample_rate
+
+    @property
+    def has_timings(self) -> bool:
+        """Whether the model reports word timings (its frames follow a layout of its text: aligned text input)."""
+        return self.runtime.traits.timings
 
     @property
     def supports_cloning(self) -> bool:
@@ -160,54 +174,72 @@ class Speaker:
         return out
 
     # ---- the speaker surface ---------------------------------------------------------------------------------------
-    def chunks(self, text: str, *, ended: list[str] | None = None, **options: Any) -> Iterator[Chunk]:
-        """Every piece's chunks in order; ``ended`` (if given) collects "stop" or "bound" per piece."""
-        return self._chunks(self.requests(text, **options), ended)
+    def chunks(self, text: str, *, ended: list[str] | None = None, timed: bool = False,
+               **options: Any) -> Iterator[Chunk]:
+        """Every piece's chunks in order; ``ended`` (if given) collects "stop" or "bound" per piece; with ``timed``
+        each piece's last chunk carries its words (a model with timings)."""
+        return self._chunks(self.requests(text, **options), ended, timed)
 
-    def stream(self, text: str, *, ended: list[str] | None = None, **options: Any) -> Iterator[np.ndarray]:
-        """Audio chunks (float32 (s,)) as they are decoded, the gaps between pieces as chunks of their own."""
-        return self._audio(self._chunks(self.requests(text, **options), ended))
+    def stream(self, text: str, *, ended: list[str] | None = None, words: list[WordTiming] | None = None,
+               **options: Any) -> Iterator[np.ndarray]:
+        """Audio chunks (float32 (s,)) as they are decoded, the gaps between pieces as chunks of their own;
+        ``words`` (if given) collects each piece's words as it ends, in seconds of the stream (a model with
+        timings; it stays empty for others)."""
+        return self._audio(self._chunks(self.requests(text, **options), ended, words is not None), words)
 
     def speak(self, text: str, **options: Any) -> Speech:
-        """The whole utterance: the same chunks as ``stream``, joined. Options: ``voice``, ``seed``,
-        ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``, ``prompt``, ``voice_ref``,
-        ``voice_ref_rate`` and ``emotion`` (those the family takes)."""
+        """The whole utterance: the same chunks as ``stream``, joined, with the words' timings where the model has
+        them. Options: ``voice``, ``seed``, ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``,
+        ``prompt``, ``voice_ref``, ``voice_ref_rate`` and ``emotion`` (those the family takes)."""
         requests = self.requests(text, **options)
         ended: list[str] = []
-        parts = list(self._audio(self._chunks(requests, ended)))
+        words: list[WordTiming] | None = [] if self.has_timings else None
+        parts = list(self._audio(self._chunks(requests, ended, words is not None), words))
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        return Speech(audio.astype(np.float32), self.sample_rate, tuple(r.text for r, _ in requests), tuple(ended))
+        return Speech(audio.astype(np.float32), self.sample_rate, tuple(r.text for r, _ in requests), tuple(ended),
+                      None if words is None else tuple(words))
 
-    def _chunks(self, requests: list[tuple[SynthesisRequest, int]], ended: list[str] | None) -> Iterator[Chunk]:
+    def _chunks(self, requests: list[tuple[SynthesisRequest, int]], ended: list[str] | None,
+                timed: bool = False) -> Iterator[Chunk]:
         for i, (request, seed) in enumerate(requests):
-            for chunk in self._piece(i, request, seed):
+            for chunk in self._piece(i, request, seed, timed):
                 if chunk.end is not None and ended is not None:
                     ended.append(chunk.end)
                 yield chunk
 
-    def _audio(self, chunks: Iterator[Chunk]) -> Iterator[np.ndarray]:
+    def _audio(self, chunks: Iterator[Chunk], words: list[WordTiming] | None = None) -> Iterator[np.ndarray]:
+        """The chunks' audio with a gap before each piece after the first; ``words`` collects each piece's words
+        placed where its audio starts."""
         gap = silence(self.config.gap_seconds, self.sample_rate)
-        piece = 0
+        piece, samples, start = 0, 0, 0  # samples yielded so far; the first sample of the current piece
         for chunk in chunks:
             if chunk.piece != piece:
                 piece = chunk.piece
                 yield gap
+                samples += len(gap)
+                start = samples
             if chunk.audio.numel():
+                samples += chunk.audio.numel()
                 yield chunk.audio.numpy()
+            if words is not None and chunk.words is not None:
+                words.extend(shifted(chunk.words, start / self.sample_rate))
 
-    def _piece(self, index: int, request: SynthesisRequest, seed: int) -> Iterator[Chunk]:
-        """One piece: prefill, then steps until ``settle`` ends it; frames go through the stream decoder."""
+    def _piece(self, index: int, request: SynthesisRequest, seed: int, timed: bool = False) -> Iterator[Chunk]:
+        """One piece: prefill, then steps until ``settle`` ends it; frames go through the stream decoder. With
+        ``timed``, its last chunk carries its words, read from the layout its steps hand out."""
         runtime, params = self.runtime, request.params
         bound = params.max_frames
         assert bound is not None  # requests() sets it
         decoder = self.codec.stream_decoder()
         state = runtime.prefill([request], [seed])[0]
         produced, pending = 0, []
+        layout: TextLayout | None = None
         try:
             while True:
                 out = runtime.step([state])[0]
                 if out.error is not None:
                     raise RuntimeError(out.error)
+                layout = out.layout or layout
                 codes, end = settle(out, produced, bound, params.stop_threshold)
                 produced += codes.shape[-1]
                 if codes.shape[-1]:
@@ -221,7 +253,10 @@ class Speaker:
                     if end is not None:
                         parts.append(decoder.flush()[0])
                 audio = torch.cat(parts).float().cpu() if parts else torch.zeros(0)
-                yield Chunk(index, codes, audio, end)
+                words = None
+                if end is not None and timed and layout is not None:
+                    words = piece_words(layout, produced, self.codec.frame_rate)
+                yield Chunk(index, codes, audio, end, words)
                 if end is not None:
                     return
         finally:

@@ -1,4 +1,5 @@
-"""What a speaker returns: the waveform, its rate, and how each piece of the text ended; the silence between pieces."""
+"""What a speaker returns: the waveform, its rate, how each piece of the text ended and where each word lies
+(``duet.tts.timestamps``); the silence between pieces."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from duet.tts.timestamps import WordTiming
 
 
 @dataclass(frozen=True)
@@ -16,6 +19,9 @@ class Speech:
     # per piece: "stop" (the model ended it: a stop or end head, or Luna's predicted length) or "bound" (it hit the
     # length bound); ``duet.finish``
     ended: tuple[str, ...]
+    # every word of the text in order, in seconds of ``audio`` (speed and the gaps between pieces included); None
+    # for a model whose frames follow no layout of its text (no aligned text input)
+    words: tuple[WordTiming, ...] | None = None
 
     @property
     def seconds(self) -> float:

@@ -1,0 +1,129 @@
+"""Do the word timings a model reports match where its words are? Reported boundaries against a forced alignment.
+
+Each model speaks N held-out sentences at each speed (one seed per sentence); every piece it speaks is then aligned
+by duet's forced aligner from its audio and text alone (``duet.eval.timestamps``: phone units, all pieces of the run
+in one EM fit, at ``--subdivide`` times the codec's frame rate, each value its own fit), and each word's reported
+start and end is compared to the aligner's. The table gives the median and the 95th percentile of
+|reported - aligner| over all word boundaries (starts and ends), and the medians of starts and ends alone. Targets:
+median <= 40 ms, p95 <= 120 ms.
+
+The sentences are the test split of the `joe` corpus preset (``duet.data.plan``: held out of every shipped model's
+training; planned, not rendered, so no corpus is needed), without its one/two-word items, drawn under ``--seed``.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/timestamps_bench.py --models gepard-tiny,luna-tiny --n 30 \\
+        --speeds 1,0.5,2 --subdivide 2,4 --threads 1 --out benchmarks/results/timestamps.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def held_out_sentences(n: int, seed: int) -> list[str]:
+    """``n`` sentences of the joe preset's test split (one/two-word items left out), drawn under ``seed``."""
+    from duet.data.plan import plan_corpus
+    from duet.data.presets import joe
+    from duet.data.text_sources import WORDS
+
+    texts = sorted({u.text for u in plan_corpus(joe()).utterances if u.split == "test" and u.text_source != WORDS})
+    return random.Random(seed).sample(texts, min(n, len(texts)))
+
+
+def spoken_pieces(speaker, text: str, seed: int, speed: float) -> list:
+    """Each piece of ``text`` as the speaker speaks it: its own audio and the words it reported."""
+    from duet.eval.timestamps import Spoken
+    from duet.text.sentences import split_sentences
+
+    pieces = split_sentences(text, speaker.config.max_chars)
+    audio: dict[int, list[np.ndarray]] = {}
+    words = {}
+    for chunk in speaker.chunks(text, timed=True, seed=seed, speed=speed):
+        audio.setdefault(chunk.piece, []).append(chunk.audio.numpy())
+        if chunk.words is not None:
+            words[chunk.piece] = chunk.words
+    return [Spoken(pieces[i], np.concatenate(audio[i]), speaker.sample_rate, words[i]) for i in sorted(audio)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="gepard-tiny,luna-tiny", help="comma-separated shipped names or directories")
+    p.add_argument("--n", type=int, default=30, help="held-out sentences")
+    p.add_argument("--speeds", default="1,0.5,2")
+    p.add_argument("--seed", type=int, default=0, help="draws the sentences; sentence i speaks with seed + i")
+    p.add_argument("--subdivide", default="2,4", help="aligner frames per codec frame (comma-separated: one fit each)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--out", default=None, help="also write the table (markdown) here")
+    args = p.parse_args(argv)
+
+    import torch
+
+    import duet
+    from duet.eval.timestamps import boundary_errors, forced_words
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    texts = held_out_sentences(args.n, args.seed)
+    speeds = [float(s) for s in args.speeds.split(",")]
+    runs = []  # (model, speed, pieces)
+    tokenizers, frame_rates = {}, {}
+    started = time.perf_counter()
+    for name in args.models.split(","):
+        speaker = duet.load(name)
+        if not speaker.has_timings:
+            raise SystemExit(f"{name} reports no word timings")
+        tokenizers[name], frame_rates[name] = speaker.runtime.tokenizer, speaker.codec.frame_rate
+        for speed in speeds:
+            pieces = [piece for i, text in enumerate(texts) for piece in spoken_pieces(speaker, text, args.seed + i,
+                                                                                      speed)]
+            runs.append((name, speed, pieces))
+            print(f"{name} speed {speed:g}: {len(pieces)} pieces ({time.perf_counter() - started:.0f} s)",
+                  file=sys.stderr)
+    # one EM fit per subdivision over every piece a tokenizer reads (the shipped models share theirs: one in all)
+    forced: dict[tuple[str, float, int], list] = {}
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for name, speed, _ in runs:
+        groups.setdefault(tokenizers[name].backend_tokenizer.to_str(), []).append((name, speed))
+    subdivisions = [int(x) for x in args.subdivide.split(",")]
+    for members in groups.values():
+        pieces = [(m, piece) for m in members for name, speed, ps in runs if (name, speed) == m for piece in ps]
+        name = members[0][0]
+        for sub in subdivisions:
+            words = forced_words([piece for _, piece in pieces], tokenizers[name], frame_rates[name], sub)
+            for (m, _), w in zip(pieces, words):
+                forced.setdefault((*m, sub), []).append(w)
+
+    frame_ms = 1000 / next(iter(frame_rates.values()))
+    lines = [f"`PYTHONPATH=src .venv/bin/python benchmarks/timestamps_bench.py {shlex.join(argv or sys.argv[1:])}`",
+             "", f"{len(texts)} held-out sentences (joe test split, seed {args.seed}). Reported word boundaries against "
+             "duet's forced aligner on the generated audio (phone units, one EM fit over all pieces per aligner "
+             f"frame; the model's frame is {frame_ms:.1f} ms): |difference| in ms over every word start and end "
+             "(targets: median <= 40, p95 <= 120).", "",
+             "| model | speed | aligner frame | pieces | words | median | p95 | median of starts | median of ends |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for sub in subdivisions:
+        for name, speed, pieces in runs:
+            starts, ends = [], []
+            for piece, reference in zip(pieces, forced[(name, speed, sub)]):
+                s, e = boundary_errors(piece.words, reference)
+                starts += s
+                ends += e
+            both = 1000 * np.array(starts + ends)
+            lines.append(f"| {name} | {speed:g} | {frame_ms / sub:.1f} ms | {len(pieces)} | {len(starts)} | "
+                         f"{np.median(both):.0f} | {np.percentile(both, 95):.0f} | {1000 * np.median(starts):.0f} | "
+                         f"{1000 * np.median(ends):.0f} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

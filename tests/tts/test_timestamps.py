@@ -1,0 +1,153 @@
+"""Word timings through the Speaker (``duet.tts.timestamps``) on randomly initialised aligned micro models of every
+family: the layout each runtime hands out, and where the Speaker places the words (speed, sentence joins,
+streaming). Random weights say nothing about where speech is; ``test_timestamps_shipped`` checks that."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import duet
+from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_luna_realtime
+from duet.tts.live import speak_live
+from duet.tts.request import SynthesisRequest
+from duet.tts.timestamps import TextLayout, shifted
+
+TEXT = "Hello there, how are you? The quick brown fox."
+WORDS = ["Hello", "there", "how", "are", "you", "The", "quick", "brown", "fox"]
+FAMILIES = ["gepard", "luna", "realtime"]
+
+
+def _never_stops(speaker):
+    """A random stop head may fire at once: with it off, a Gepard piece runs to its bound, past its layout."""
+    runtime = speaker.runtime
+    runtime.config = replace(runtime.config, params=replace(runtime.config.params, stop_threshold=0.999999))
+    return speaker
+
+
+@pytest.fixture(scope="module")
+def gepard(tmp_path_factory):
+    return _never_stops(duet.load(write_tiny_gepard(tmp_path_factory.mktemp("gepard"), aligned=True)))
+
+
+@pytest.fixture(scope="module")
+def luna(tmp_path_factory):
+    return duet.load(write_tiny_luna(tmp_path_factory.mktemp("luna"), aligned=True))
+
+
+@pytest.fixture(scope="module")
+def realtime(tmp_path_factory):  # the end head never fires: a piece runs to its bound (2x predicted + a block)
+    return duet.load(write_tiny_luna_realtime(tmp_path_factory.mktemp("realtime"), end_bias=-20.0, aligned=True))
+
+
+@pytest.fixture(params=FAMILIES)
+def speaker(request):
+    return request.getfixturevalue(request.param)
+
+
+def _options(speaker) -> dict:
+    return {"steps": 2} if speaker.runtime.traits.steps else {}
+
+
+def _check_words(words, seconds: float) -> None:
+    assert words[0].start >= 0.0 and words[-1].end <= seconds + 1e-9
+    for w, nxt in zip(words, words[1:]):
+        assert w.start <= w.end <= nxt.start + 1e-9  # in order, not overlapping
+
+
+def test_words_come_in_text_order_inside_the_audio(speaker):
+    speech = speaker.speak(TEXT, seed=0, **_options(speaker))
+    assert speaker.has_timings and speech.words is not None
+    assert [w.word for w in speech.words] == WORDS
+    _check_words(speech.words, speech.seconds)
+    assert all(w.phones == () for w in speech.words)  # a text tokenizer: no phones
+
+
+def test_every_step_output_carries_the_layout_the_frames_follow(speaker):
+    runtime = speaker.runtime
+    request = speaker.requests("Hello there.", seed=0, **_options(speaker))[0][0]
+    state = runtime.prefill([request], [0])[0]
+    try:
+        layouts = [runtime.step([state])[0].layout for _ in range(2)]
+    finally:
+        runtime.release(state)
+    assert isinstance(layouts[0], TextLayout) and layouts[0] is layouts[1]
+    assert len(layouts[0].ids) == len(layouts[0].durations) and layouts[0].text == "Hello there."
+
+
+def test_a_model_without_aligned_input_has_no_timings(tmp_path):
+    speaker = _never_stops(duet.load(write_tiny_gepard(tmp_path)))
+    speaker.runtime.config = replace(speaker.runtime.config, frames_per_token=0.0, margin_frames=4)
+    assert not speaker.has_timings
+    assert speaker.speak("Hello there.", seed=0).words is None
+    collected: list = []
+    assert len(np.concatenate(list(speaker.stream("Hello there.", seed=0, words=collected)))) > 0
+    assert collected == []
+    request = SynthesisRequest("Hello there.")
+    state = speaker.runtime.prefill([replace(request, params=replace(request.params, max_frames=4))], [0])[0]
+    assert speaker.runtime.step([state])[0].layout is None
+
+
+@pytest.mark.parametrize("family", ["gepard", "luna"])
+@pytest.mark.parametrize("speed", [0.5, 2.0])
+def test_speed_scales_the_words_with_the_audio(family, speed, request):
+    speaker = request.getfixturevalue(family)
+    text = "Hello there, how are you?"
+    base = speaker.speak(text, seed=1, **_options(speaker))
+    fast = speaker.speak(text, seed=1, speed=speed, **_options(speaker))
+    assert [w.word for w in fast.words] == [w.word for w in base.words]
+    if family == "gepard":  # durations / speed; the piece runs to its bound either way
+        ratio = 1.0 / speed
+        assert fast.words[-1].end < fast.seconds  # nothing clipped
+    else:  # the layout is fitted to T = round(predicted / speed) frames: the audio
+        ratio = fast.seconds / base.seconds
+        assert ratio == pytest.approx(1.0 / speed, abs=2.0 / (base.seconds * speaker.codec.frame_rate))
+    for a, b in zip(base.words, fast.words):
+        assert b.start == pytest.approx(a.start * ratio, abs=1e-6)
+        assert b.end == pytest.approx(a.end * ratio, abs=1e-6)
+    _check_words(fast.words, fast.seconds)
+
+
+def test_sentence_joins_place_each_pieces_words_after_the_gap(speaker):
+    options = _options(speaker)
+    joined = speaker.speak("Hello there. Good morning.", seed=5, **options)
+    first = speaker.speak("Hello there.", seed=5, **options)
+    second = speaker.speak("Good morning.", seed=6, **options)  # piece i samples with seed + i
+    start = (len(first.audio) + round(speaker.config.gap_seconds * speaker.sample_rate)) / speaker.sample_rate
+    assert joined.words == first.words + shifted(second.words, start)
+    assert joined.words[2].start >= joined.words[1].end + speaker.config.gap_seconds
+    _check_words(joined.words, joined.seconds)
+
+
+def test_the_stream_collects_the_same_words_as_speak(speaker):
+    options = _options(speaker)
+    speech = speaker.speak(TEXT, seed=2, **options)
+    words: list = []
+    audio = np.concatenate(list(speaker.stream(TEXT, seed=2, words=words, **options)))
+    np.testing.assert_array_equal(audio, speech.audio)
+    assert tuple(words) == speech.words
+
+
+def test_speaking_text_as_it_arrives_collects_the_same_words(luna):
+    speech = luna.speak(TEXT, seed=3, steps=2)
+    words: list = []
+    audio: list = []
+    speak_live(luna, list(TEXT), audio.append, seed=3, words=words, steps=2)
+    np.testing.assert_array_equal(np.concatenate(audio), speech.audio)
+    assert tuple(words) == speech.words
+
+
+def test_luna_reports_the_new_text_only_when_cloning(luna):
+    rng = np.random.default_rng(0)
+    prompt = luna.voice_prompt((0.1 * rng.standard_normal(luna.sample_rate)).astype(np.float32), "Hello there.")
+    speech = luna.speak("Good morning.", seed=0, steps=2, prompt=prompt)
+    assert [w.word for w in speech.words] == ["Good", "morning"]
+    _check_words(speech.words, speech.seconds)
+
+
+def test_emotion_tokens_and_event_tags_are_not_words(luna):
+    speech = luna.speak("Well [laughter] good morning.", seed=0, steps=2, emotion="happy")
+    assert [w.word for w in speech.words] == ["Well", "good", "morning"]
+    _check_words(speech.words, speech.seconds)

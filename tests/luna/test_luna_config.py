@@ -47,7 +47,7 @@ def test_luna_tiny_builds_and_runs():
 
 
 def test_every_preset_is_listed_and_unknown_is_refused():
-    assert set(PRESETS) == {"luna-0.6b", "luna-tiny", "luna-tiny-fsq"}
+    assert set(PRESETS) == {"luna-0.6b", "luna-tiny", "luna-tiny-fsq", "luna-tiny-rvq4"}
     with pytest.raises(DuetError, match="unknown Luna preset"):
         luna_preset("luna-7b")
 

@@ -68,6 +68,18 @@ def test_the_grid_is_the_digits_of_the_packed_groups_and_folds_back():
     assert torch.equal(grid_from_codes(rvq, plain), plain.T) and torch.equal(codes_from_grid(rvq, plain.T), plain)
 
 
+def test_an_rvq_grid_of_fewer_cells_reads_a_residual_codecs_first_codebooks():
+    rvq = LunaConfig(backbone=micro_backbone(), num_codebooks=4, codebook_size=64)
+    codes = torch.randint(0, 64, (8, 5), generator=torch.Generator().manual_seed(1))  # (Q_c, T): 8 codebooks
+    check_codec(rvq, (64,) * 8, "an 8-codebook codec")  # its first 4 codebooks are a code of their own
+    assert torch.equal(grid_from_codes(rvq, codes), codes[:4].T)
+    assert torch.equal(codes_from_grid(rvq, grid_from_codes(rvq, codes)), codes[:4])
+    with pytest.raises(DuetError, match="needs 4 of 64"):
+        check_codec(rvq, (64,) * 3, "a 3-codebook codec")
+    with pytest.raises(DuetError, match="needs 4 of 64"):
+        check_codec(rvq, (32,) * 8, "another alphabet")
+
+
 def test_undecided_cells_wrong_codecs_and_bad_levels_are_refused():
     cfg = fsq_config()
     grid = torch.zeros((3, 8), dtype=torch.long)

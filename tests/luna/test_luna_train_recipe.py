@@ -62,8 +62,9 @@ def test_every_preset_has_a_recipe_that_round_trips_json(name):
     if name == "luna-tiny":  # duet's aids for the CPU model: the first codebook weighted up, heads tied to tables
         weights = cfg.diffusion.codebook_weights
         assert len(weights) == cfg.model.num_codebooks and weights[0] == max(weights) and cfg.model.tie_heads
-    elif name == "luna-tiny-fsq":  # the FSQ channel grid: every cell alike, heads tied to the small tables
-        assert cfg.diffusion.codebook_weights == () and cfg.model.tie_heads and cfg.model.fsq_levels
+    elif name in ("luna-tiny-fsq", "luna-tiny-rvq4"):  # the learnable grids: every cell alike, heads tied
+        assert cfg.diffusion.codebook_weights == () and cfg.model.tie_heads
+        assert bool(cfg.model.fsq_levels) == (name == "luna-tiny-fsq")
     else:
         assert cfg.diffusion.codebook_weights == () and not cfg.model.tie_heads
 

@@ -22,6 +22,9 @@ Presets (``luna_preset(name)``; a test builds each one):
                per frame at 21.5 Hz instead of 8 x 2048 RVQ codes at 25 Hz. A tiny model predicts a near-correct
                FSQ digit far more easily than a 2048-way residual code (DESIGN.md §F: 33% WER after 38 minutes of
                one core where the RVQ grid is at 75%); the audio tables shrink to 32 x 9 rows.
+``luna-tiny-rvq4``  luna-tiny on the first 4 of a residual codec's 8 codebooks (the report's grid, cut to the
+               codebooks a tiny model can learn): meant for a duet-rvq whose codebook 0 is semantically anchored
+               (codec preset ``rvq-semantic``), whose 4-codebook round trip equals the 8.
 """
 
 from __future__ import annotations
@@ -137,6 +140,7 @@ PRESETS: dict[str, Callable[[], LunaConfig]] = {
     "luna-tiny": lambda: LunaConfig(backbone=TINY, tie_heads=True),
     "luna-tiny-fsq": lambda: LunaConfig(backbone=TINY, num_codebooks=32, codebook_size=8, tie_heads=True,
                                         fsq_levels=DUET_FSQ_LEVELS),
+    "luna-tiny-rvq4": lambda: LunaConfig(backbone=TINY, num_codebooks=4, tie_heads=True),
 }
 
 

@@ -81,6 +81,7 @@ PRESETS: dict[str, Callable[[], DurationConfig]] = {
     "luna-0.6b": lambda: DurationConfig(backbone=QWEN3_0_6B),
     "luna-tiny": lambda: _TINY,
     "luna-tiny-fsq": lambda: _TINY,  # the same predictor; its durations count the frames of the run's codec
+    "luna-tiny-rvq4": lambda: _TINY,
 }
 
 

@@ -2,7 +2,9 @@
 (Q_codec, T) codes.
 
 Two grids (``LunaConfig.fsq_levels``):
-  * the report's RVQ grid: the codec's Q codebooks are the grid's Q cells, K codes each; a transpose;
+  * the report's RVQ grid: the codec's first Q codebooks are the grid's Q cells, K codes each; a transpose (a
+    residual codec decodes from its first q codebooks, so a grid of fewer cells than the codec has codebooks reads
+    and writes a lower-bitrate code of it);
   * the FSQ channel grid: each packed FSQ group index of the codec (0 .. prod(levels) - 1, what duet-fsq and
     NanoCodec return) is unfolded into its len(levels) digits, one ordinal cell each; the codec's G groups become
     Q = G x len(levels) cells (``duet.codecs.fsq.GroupFSQ.unfold``, first digit least significant), and folded
@@ -29,6 +31,8 @@ def _fsq(cfg: LunaConfig) -> GroupFSQ:
 def check_codec(cfg: LunaConfig, codebook_sizes: tuple[int, ...], what: str) -> None:
     """Refuse codes (a codec's, or a shard set's, ``codebook_sizes``) that are not this grid's codec's."""
     want = cfg.codec_codebook_sizes
+    if cfg.fsq_levels is None:  # a residual codec's first Q codebooks are a code of their own (a lower bitrate)
+        codebook_sizes = tuple(codebook_sizes)[: len(want)]
     if tuple(codebook_sizes) != want:
         grid = (f"{cfg.num_codebooks} FSQ digits of levels {list(cfg.fsq_levels)}" if cfg.fsq_levels
                 else f"{cfg.num_codebooks} codebooks x {cfg.codebook_size}")
@@ -44,6 +48,8 @@ def grid_from_codes(cfg: LunaConfig, codes: torch.Tensor) -> torch.Tensor:
     codes = codes.long()
     if cfg.fsq_levels is not None:
         codes = _fsq(cfg).unfold(codes.to("cpu")[None])[0].to(codes.device)  # (G, T) -> (Q, T)
+    else:
+        codes = codes[: cfg.num_codebooks]  # a residual codec's first Q codebooks (check_codec)
     if codes.shape[0] != cfg.num_codebooks:
         raise DuetError(f"codes have {codes.shape[0]} streams, the grid {cfg.num_codebooks} cells")
     return codes.T.contiguous()

@@ -34,7 +34,7 @@ TRAIN_BPE = "train-bpe"
 TRAIN_PHONEME_BPE = "train-phoneme-bpe"  # the same BPE over espeak-ng's IPA of the texts (duet.text.phonemes)
 
 GEPARD_PRESETS = ("gepard-500m", "gepard-tiny")
-LUNA_PRESETS = ("luna-0.6b", "luna-tiny", "luna-tiny-fsq")
+LUNA_PRESETS = ("luna-0.6b", "luna-tiny", "luna-tiny-fsq", "luna-tiny-rvq4")
 REALTIME_PRESETS = ("luna-realtime-0.6b", "luna-realtime-tiny")
 REALTIME_DEFAULT_PRESET = "luna-realtime-tiny"
 LUNA_OBJECTIVES = ("elbo", "maskgit")

@@ -72,10 +72,10 @@ class LunaTrainConfig:
 def recipe(name: str, shards: str = "", manifest: str = "") -> LunaTrainConfig:
     """Default training settings per preset (built one by one in ``tests/luna/test_luna_train_recipe.py``)."""
     model, duration = luna_preset(name), duration_preset(name)
-    if name == "luna-tiny-fsq":
-        # The FSQ channel grid at luna-tiny's size, with the settings of the probe that first made a tiny Luna
-        # follow the text (DESIGN.md §F: lr 1e-3, AdamW betas (0.9, 0.98), weight decay 0.01, every cell alike).
-        # 21.5 frames/s: 400 frames are 18.6 s.
+    if name in ("luna-tiny-fsq", "luna-tiny-rvq4"):
+        # The FSQ channel grid (or 4 codebooks of an anchored RVQ) at luna-tiny's size, with the settings of the
+        # probe that first made a tiny Luna follow the text (DESIGN.md §F: lr 1e-3, AdamW betas (0.9, 0.98),
+        # weight decay 0.01, every cell alike). 400 frames are 18.6 s at 21.5 frames/s, 16 s at 25.
         loop = LoopConfig(max_steps=20_000, lr=1e-3, warmup_steps=200, weight_decay=0.01, betas=(0.9, 0.98),
                           log_every=10, val_every=250, diag_every=0, checkpoint_every=500, checkpoint_minutes=5.0,
                           patience=0)

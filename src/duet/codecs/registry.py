@@ -24,8 +24,9 @@ from duet.errors import DuetError
 
 KNOWN = ("duet-fsq", "duet-rvq")  # codec types (config.json "type")
 # Names under checkpoints/: duet-fsq-causal is a duet-fsq with a causal decoder; duet-fsq-joe a duet-fsq whose
-# decoder was fine-tuned on the joe voice alone (the same encoder and codes), the codec the joe models decode with.
-SHIPPED = KNOWN + ("duet-fsq-causal", "duet-fsq-joe")
+# decoder was fine-tuned on the joe voice alone (the same encoder and codes), the codec the joe models decode with;
+# duet-rvq-semantic a duet-rvq fine-tuned on joe with its first codebook distilled towards Whisper (new codes).
+SHIPPED = KNOWN + ("duet-fsq-causal", "duet-fsq-joe", "duet-rvq-semantic")
 FORMAT_VERSION = 1
 
 

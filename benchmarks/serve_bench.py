@@ -3,7 +3,8 @@ and, on request, Gepard's decode step against the memory roofline, and a soak te
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py [--streams 1 4 16] [--frames 64]
         [--models mock gepard-tiny luna-tiny luna-realtime-tiny] [--codecs duet-fsq duet-fsq-causal]
-        [--engine builtin|vllm|both] [--max-chunk-frames 1 16] [--engine-threads 0 1]
+        [--engine builtin|vllm|both] [--max-chunk-frames 1 16] [--engine-threads 0 1] [--wide-step-threads 0 2]
+        [--buffer 0.2] [--retry-busy]
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --roofline [--device cpu|cuda]
         [--roofline-dtype float32|bfloat16] [--roofline-steps 32]
     PYTHONPATH=src .venv/bin/python benchmarks/serve_bench.py --soak 60 --soak-streams 64 [--frames 64]
@@ -18,12 +19,16 @@ random stop head never crosses), so all rows do the same work. Per stream:
 
 - TTFA: request sent -> first audio byte (includes prefill, the first decode step and the codec's lookahead);
 - RTF: request sent -> last byte, over the audio's duration (< 1 is faster than real time);
-- underrun: a chunk that arrived after a player that started at the first byte would have run dry;
-- failed streams: requests the server answered with an error (e.g. past the engine's time budget), left out of
-  the other columns;
+- underrun: a chunk that arrived after a player would have run dry, a player that starts once it holds
+  ``--buffer`` seconds of audio (0: at the first byte);
+- failed streams: requests the server answered with an error (e.g. past the engine's time budget, or refused
+  at once by its admission control: 503 ``server_overloaded``), left out of the other columns; with
+  ``--retry-busy`` a client told 429 or 503 with a Retry-After waits that long and sends the request again (its
+  TTFA and RTF count from its first try), and ``refusals`` counts those answers;
 and for the run: aggregate x real time (all audio seconds / wall seconds) and decoded frames per second.
-``--max-chunk-frames`` and ``--engine-threads`` (several values each) sweep the engine's largest audio chunk
-(``EngineConfig.max_chunk_frames``) and the engine thread's torch threads, every combination in the same run.
+``--max-chunk-frames``, ``--engine-threads`` and ``--wide-step-threads`` (several values each) sweep the engine's
+largest audio chunk (``EngineConfig.max_chunk_frames``), the engine and codec threads' torch threads and the engine
+thread's threads for wide steps (``EngineConfig.wide_step_threads``, 0: off), every combination in the same run.
 
 Models: ``mock`` (uniform logits, a toy codec: the serving stack's own overhead) and ``gepard-tiny`` with random
 weights (``duet.gepard.config.gepard_tiny``, 5.5M parameters) and each codec of ``--codecs`` (``duet-fsq``: the
@@ -88,6 +93,7 @@ class StreamResult:
     audio_s: float
     underruns: int
     error: str | None = None  # the server's answer when it was not audio (e.g. "HTTP 504 timeout")
+    refusals: int = 0  # 429 / 503 answers with a Retry-After before this one (--retry-busy)
 
 
 # --- the server side -------------------------------------------------------------------------------------------------
@@ -128,7 +134,7 @@ def make_gepard_tiny(root: Path) -> Path:
 
 
 def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: int, max_batch: int,
-                  max_chunk: int = 16, threads: int = 0) -> None:
+                  max_chunk: int = 16, threads: int = 0, wide: int = 0) -> None:
     """The builtin-engine server process (``--_serve``); ``Server`` starts it with ``duet serve``'s default
     ``MALLOC_ARENA_MAX=2`` (``duet.serve.memory``)."""
     import uvicorn
@@ -138,25 +144,25 @@ def serve_builtin(model: str, checkpoint: str | None, codec: str | None, port: i
     from duet.serve.scheduler import SchedulerConfig
 
     if model == "mock":
-        from duet.serve.mock import MockAdapter, MockConfig
+        from duet.serve.mock import MockConfig, MockRuntime
 
-        adapter = MockAdapter(MockConfig(max_frames=4096))
+        runtime = MockRuntime(MockConfig(max_frames=4096))
     else:
-        from duet.serve.adapter import load_adapter
+        from duet.tts import load_runtime
 
         name = model if model in LUNA_MODELS else "gepard"
-        adapter = load_adapter(str(checkpoint), codec=str(codec) if codec != "None" else None, name=name)
+        runtime = load_runtime(str(checkpoint), codec=str(codec) if codec != "None" else None, name=name)
     scheduler = SchedulerConfig(max_running=max_batch, max_waiting=256, cache_budget_bytes=4 * 1024**3)
-    engine = Engine(adapter, EngineConfig(scheduler=scheduler, max_chunk_frames=max_chunk,
-                                          torch_threads=threads or None))
+    engine = Engine(runtime, EngineConfig(scheduler=scheduler, max_chunk_frames=max_chunk,
+                                          torch_threads=threads or None, wide_step_threads=wide or None))
     uvicorn.run(create_app(engine, ServeConfig()), host="127.0.0.1", port=port, log_level="warning")
 
 
 def builtin_argv(model: str, checkpoint: Path | None, codec: Path | None, port: int, max_batch: int,
-                 max_chunk: int = 16, threads: int = 0) -> list[str]:
+                 max_chunk: int = 16, threads: int = 0, wide: int = 0) -> list[str]:
     """The command line of a builtin-engine server process (this script with ``--_serve``)."""
     return [sys.executable, __file__, "--streams", str(max_batch), "--_serve", model, str(checkpoint), str(codec),
-            str(port), str(max_chunk), str(threads)]
+            str(port), str(max_chunk), str(threads), str(wide)]
 
 
 def free_port() -> int:
@@ -203,44 +209,59 @@ class Server:
 # --- the client side -------------------------------------------------------------------------------------------------
 
 
-async def one_stream(client: httpx.AsyncClient, server: Server, frames: int | None, seed: int) -> StreamResult:
-    """One streamed request; ``frames`` None: a Luna model, whose length its duration predictor sets."""
+async def one_stream(client: httpx.AsyncClient, server: Server, frames: int | None, seed: int, buffer_s: float = 0.0,
+                     retry_busy: bool = False) -> StreamResult:
+    """One streamed request; ``frames`` None: a Luna model, whose length its duration predictor sets. The player
+    starts once it holds ``buffer_s`` of audio; with ``retry_busy`` a 429 / 503 with Retry-After is waited out and
+    the request sent again."""
     body = {"model": server.model, "input": "the quick brown fox jumps over the lazy dog " * 3, "seed": seed,
             "response_format": "pcm", "stream_format": "audio"}
     if frames is not None:
         body.update(max_frames=frames, stop_threshold=NEVER)
     t0 = time.perf_counter()
-    first = None
-    received = 0  # bytes
-    underruns = 0
-    async with client.stream("POST", "/v1/audio/speech", json=body) as r:
-        if r.status_code != 200:
-            body = await r.aread()
-            try:
-                code = json.loads(body)["error"]["code"]
-            except (ValueError, KeyError, TypeError):
-                code = body[:80].decode(errors="replace")
-            end = time.perf_counter()
-            return StreamResult(ttfa_s=end - t0, wall_s=end - t0, audio_s=0.0, underruns=0,
-                                error=f"HTTP {r.status_code} {code}")
-        async for chunk in r.aiter_raw():
-            now = time.perf_counter()
-            if first is None:
-                first = now
-            elif now > first + received / 2 / server.sample_rate:  # the player has played all it had
-                underruns += 1
-            received += len(chunk)
+    refusals = 0
+    while True:
+        first = start = None  # the first byte; when the player starts
+        received = 0  # bytes
+        underruns = 0
+        async with client.stream("POST", "/v1/audio/speech", json=body) as r:
+            if r.status_code != 200:
+                answer = await r.aread()
+                retry = r.headers.get("retry-after")
+                if retry_busy and r.status_code in (429, 503) and retry is not None:
+                    refusals += 1
+                    await asyncio.sleep(float(retry))
+                    continue
+                try:
+                    code = json.loads(answer)["error"]["code"]
+                except (ValueError, KeyError, TypeError):
+                    code = answer[:80].decode(errors="replace")
+                end = time.perf_counter()
+                return StreamResult(ttfa_s=end - t0, wall_s=end - t0, audio_s=0.0, underruns=0,
+                                    error=f"HTTP {r.status_code} {code}", refusals=refusals)
+            async for chunk in r.aiter_raw():
+                now = time.perf_counter()
+                first = now if first is None else first
+                if start is not None and now > start + received / 2 / server.sample_rate:
+                    underruns += 1  # the player has played all it had
+                received += len(chunk)
+                if start is None and received / 2 / server.sample_rate >= buffer_s:
+                    start = now
+        break
     end = time.perf_counter()
     audio_s = received / 2 / server.sample_rate
-    return StreamResult(ttfa_s=(first or end) - t0, wall_s=end - t0, audio_s=audio_s, underruns=underruns)
+    return StreamResult(ttfa_s=(first or end) - t0, wall_s=end - t0, audio_s=audio_s, underruns=underruns,
+                        refusals=refusals)
 
 
-async def concurrent(server: Server, n: int, frames: int | None) -> tuple[list[StreamResult], float]:
+async def concurrent(server: Server, n: int, frames: int | None, buffer_s: float = 0.0,
+                     retry_busy: bool = False) -> tuple[list[StreamResult], float]:
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
     async with httpx.AsyncClient(base_url=server.url, timeout=600, limits=limits) as client:
         await one_stream(client, server, None if frames is None else min(frames, 16), seed=0)  # warm-up
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(one_stream(client, server, frames, seed=1 + i) for i in range(n)))
+        results = await asyncio.gather(*(one_stream(client, server, frames, 1 + i, buffer_s, retry_busy)
+                                         for i in range(n)))
         return list(results), time.perf_counter() - t0
 
 
@@ -250,30 +271,32 @@ def pct(values: list[float], q: float) -> float:
 
 
 def row(engine: str, model: str, codec: str, n: int, results: list[StreamResult], wall: float, frame_rate: float,
-        max_chunk: int, threads: int) -> dict:
+        max_chunk: int, threads: int, wide: int = 0) -> dict:
     failed = [r.error for r in results if r.error is not None]
+    refusals = sum(r.refusals for r in results)
     results = [r for r in results if r.error is None] or [StreamResult(math.nan, math.nan, math.nan, 0)]
     ttfa = [r.ttfa_s * 1000 for r in results]
     rtf = [r.wall_s / r.audio_s for r in results if r.audio_s > 0] or [math.nan]
     audio = sum(r.audio_s for r in results)
-    return {"engine": engine, "model": model, "codec": codec, "max_chunk": max_chunk, "threads": threads or "default", "streams": n,
+    return {"engine": engine, "model": model, "codec": codec, "max_chunk": max_chunk, "threads": threads or "default",
+            "wide": wide or "-", "streams": n,
             "ttfa_p50_ms": pct(ttfa, 0.5), "ttfa_p95_ms": pct(ttfa, 0.95), "rtf_p50": statistics.median(rtf),
             "rtf_p95": pct(rtf, 0.95),
             "x_realtime": audio / wall, "frames_per_s": audio * frame_rate / wall,
             "underruns": sum(r.underruns for r in results), "audio_s": audio, "wall_s": wall,
-            "errors": f"{len(failed)} ({sorted(set(failed))[0]})" if failed else "0"}
+            "refusals": refusals, "errors": f"{len(failed)} ({sorted(set(failed))[0]})" if failed else "0"}
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ("engine", "model", "codec", "max chunk", "engine threads", "streams", "TTFA p50 ms", "TTFA p95 ms", "RTF p50",
-            "RTF p95", "x real time", "frames/s", "underruns", "failed streams")
+    head = ("engine", "model", "codec", "max chunk", "engine threads", "wide step threads", "streams", "TTFA p50 ms",
+            "TTFA p95 ms", "RTF p50", "RTF p95", "x real time", "frames/s", "underruns", "refusals", "failed streams")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
-        print(f"| {r['engine']} | {r['model']} | {r['codec']} | {r['max_chunk']} | {r['threads']} | {r['streams']} | "
-              f"{r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
+        print(f"| {r['engine']} | {r['model']} | {r['codec']} | {r['max_chunk']} | {r['threads']} | {r['wide']} | "
+              f"{r['streams']} | {r['ttfa_p50_ms']:.0f} | {r['ttfa_p95_ms']:.0f} | "
               f"{r['rtf_p50']:.3f} | {r['rtf_p95']:.3f} | {r['x_realtime']:.2f} | {r['frames_per_s']:.0f} | "
-              f"{r['underruns']} | {r['errors']} |")
+              f"{r['underruns']} | {r['refusals']} | {r['errors']} |")
 
 
 # --- the soak test ---------------------------------------------------------------------------------------------------
@@ -480,23 +503,24 @@ def run_sweep(args: argparse.Namespace, root: Path) -> list[dict]:
                 continue  # vLLM serves Gepard only
             pairs = [(checkpoint, name, path) for name, path in codecs.items()] if model == "gepard-tiny" else \
                 [(model if model in LUNA_MODELS else None, "-", None)]
-            for (ckpt, codec_name, codec), threads, max_chunk, n in itertools.product(
-                    pairs, args.engine_threads, args.max_chunk_frames, args.streams):
+            for (ckpt, codec_name, codec), threads, wide, max_chunk, n in itertools.product(
+                    pairs, args.engine_threads, args.wide_step_threads, args.max_chunk_frames, args.streams):
                 port = free_port()
                 if engine == "builtin":
-                    argv = builtin_argv(model, ckpt, codec, port, max_batch, max_chunk, threads)
+                    argv = builtin_argv(model, ckpt, codec, port, max_batch, max_chunk, threads, wide)
                 else:  # the same duet engine around vLLM's model runner, so the same chunking
                     argv = [vllm_python, "-m", "duet.cli", "serve", "--engine", "vllm", "--model", "gepard",
                             "--checkpoint", str(ckpt), "--codec", str(codec), "--port", str(port),
                             "--max-batch", str(max_batch), "--max-chunk-frames", str(max_chunk),
                             *(["--engine-threads", str(threads)] if threads else []),
+                            *(["--wide-step-threads", str(wide)] if wide else []),
                             "--log-level", "warning"]
-                server = Server(argv, port, root / f"{engine}-{model}-{codec_name}-{n}-{max_chunk}-{threads}.log")
+                server = Server(argv, port, root / f"{engine}-{model}-{codec_name}-{n}-{max_chunk}-{threads}-{wide}.log")
                 try:
                     frames = None if model in LUNA_MODELS else args.frames
-                    results, wall = asyncio.run(concurrent(server, n, frames))
+                    results, wall = asyncio.run(concurrent(server, n, frames, args.buffer, args.retry_busy))
                     rows.append(row(engine, model, codec_name, n, results, wall, model_frame_rate(model, codec),
-                                    max_chunk, threads))
+                                    max_chunk, threads, wide))
                     print(f"{engine} {model} {codec_name} x{n}: done in {wall:.1f} s", file=sys.stderr)
                 finally:
                     server.close()
@@ -538,14 +562,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--soak-streams", type=int, default=64, help="concurrent streaming clients during --soak")
     p.add_argument("--max-chunk-frames", type=int, nargs="+", default=[16],
                    help="builtin engine's largest audio chunk; several values sweep each (1 = a chunk per frame)")
+    p.add_argument("--buffer", type=float, default=0.0,
+                   help="seconds of audio a client's player holds before it starts (underruns count after that)")
+    p.add_argument("--retry-busy", action="store_true",
+                   help="a client answered 429 / 503 with Retry-After waits and sends its request again")
     p.add_argument("--engine-threads", type=int, nargs="+", default=[1],
                    help="torch threads of the engine thread (0 = torch's default); several values sweep each")
-    p.add_argument("--_serve", nargs=6, metavar=("MODEL", "CHECKPOINT", "CODEC", "PORT", "MAX_CHUNK", "THREADS"),
+    p.add_argument("--wide-step-threads", type=int, nargs="+", default=[0],
+                   help="torch threads of the engine thread for wide steps (EngineConfig.wide_step_threads; 0: off); "
+                   "several values sweep each")
+    p.add_argument("--_serve", nargs=7,
+                   metavar=("MODEL", "CHECKPOINT", "CODEC", "PORT", "MAX_CHUNK", "THREADS", "WIDE"),
                    help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._serve:
-        model, checkpoint, codec, port, max_chunk, threads = args._serve
-        serve_builtin(model, checkpoint, codec, int(port), max(args.streams), int(max_chunk), int(threads))
+        model, checkpoint, codec, port, max_chunk, threads, wide = args._serve
+        serve_builtin(model, checkpoint, codec, int(port), max(args.streams), int(max_chunk), int(threads), int(wide))
         return 0
 
     sweep = not (args.roofline or args.soak > 0)  # the sweep is the default measurement, the others on request

@@ -16,8 +16,8 @@ Stages are the runtime protocol's methods (``duet.tts.runtime``), so every famil
   sampler's share (``duet.tts.sampling.sample_requests``; ``duet.luna.decode.guide`` + ``unmask_step``) and the
   model's rest;
 - codec: the stream decoder's ``push`` / ``flush``;
-- HTTP: the API's wall time beside the in-process wall time of the same text (request parsing, the engine thread,
-  PCM encoding and the transfer; FastAPI's TestClient, so no socket). The engine also cuts audio into other chunks
+- HTTP: the API's wall time beside the in-process wall time of the same text (request parsing, the engine and codec
+  threads, PCM encoding and the transfer; FastAPI's TestClient, so no socket). The engine also cuts audio into other chunks
   than the Speaker does (growing chunks from one frame, against four frames), so the difference is the serving
   path's cost as a whole, and can be negative.
 
@@ -83,14 +83,14 @@ def http_wall(name: str, warm: str, text: str, seed: int) -> float:
     after one warm-up request of another text."""
     from fastapi.testclient import TestClient
 
-    from duet.serve.adapter import load_adapter
     from duet.serve.api import create_app
     from duet.serve.engine import Engine, EngineConfig
+    from duet.tts import load_runtime
 
-    engine = Engine(load_adapter(name), EngineConfig(torch_threads=torch.get_num_threads()))
+    engine = Engine(load_runtime(name), EngineConfig(torch_threads=torch.get_num_threads()))
     with TestClient(create_app(engine)) as client:
         def post(words: str):
-            body = {"model": engine.adapter.name, "input": words, "seed": seed, "response_format": "pcm"}
+            body = {"model": engine.name, "input": words, "seed": seed, "response_format": "pcm"}
             r = client.post("/v1/audio/speech", json=body)
             assert r.status_code == 200, r.text
 

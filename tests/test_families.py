@@ -27,8 +27,8 @@ def test_the_table_matches_the_runtime_it_loads(tmp_path, fam):
     assert type(runtime).__module__ == fam.runtime_loader.partition(":")[0]
     traits = runtime.traits
     assert ("steps" in fam.options) == traits.steps
-    assert ("prompt" in fam.options) == traits.voice_prompt == fam.clone_from_prompt
-    assert traits.cloning <= fam.clone_from_audio  # a model may lack what its family can do, never the reverse
+    assert ("prompt" in fam.options) == traits.clone_from_prompt == fam.clone_from_prompt
+    assert traits.clone_from_audio <= fam.clone_from_audio  # a model may lack what its family can do, not the reverse
 
 
 @pytest.mark.parametrize("name", [m for f in FAMILIES for m in f.models])

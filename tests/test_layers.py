@@ -24,9 +24,10 @@ LAYERS = [
     {"gepard", "luna"},  # the two model families
     {"train"},  # the shared loop, objectives and recipe plumbing
     {"tts"},  # speakers
-    {"serve"},  # engine, adapters, API, vLLM
+    {"serve"},  # engine, codec thread, admission by cost, API, vLLM
     {"eval"},
     {"posttrain"},  # post-training stages: generate, score with eval's metrics, train
+    {"voice"},  # your own voice: data checks, alignment, fine-tuning, scores and export, over all of the above
     {"cli", "__init__"},  # the `duet` command and the package face
 ]
 

@@ -15,12 +15,22 @@ from duet.command import run
 # Each top-level command and the area whose ``register(subparsers)`` adds it. Imported lazily: a command loads only
 # its own area, so `duet speak` with a bad flag answers before torch or a training recipe is imported.
 _AREAS = {"speak": "duet.tts.cli", "edit": "duet.tts.edit_cli", "data": "duet.data.cli", "eval": "duet.eval.cli",
-          "codec": "duet.codecs.cli", "train": "duet.posttrain.cli", "serve": "duet.serve.cli"}
+          "codec": "duet.codecs.cli", "train": "duet.posttrain.cli", "serve": "duet.serve.cli",
+          "voice": "duet.voice.cli"}
+
+
+def _whisper_scorer():
+    """What ``duet speak --verify`` and the speech API's ``verify`` hear speech back with (``duet.tts.verify``):
+    Whisper lives in ``duet.eval``, above the packages that speak and serve, so the command hands it to them."""
+    from duet.eval.clip_scorer import ClipScorer
+
+    return ClipScorer()
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for ``command`` alone when it is a known command, else for all of them (``--help``, typos)."""
     parser = argparse.ArgumentParser(prog="duet", description="duet: Gepard and Luna-TTS text-to-speech")
+    parser.set_defaults(verify_scorer=_whisper_scorer)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     areas = [_AREAS[command]] if command in _AREAS else list(_AREAS.values())

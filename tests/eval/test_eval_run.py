@@ -187,11 +187,11 @@ def test_registry():
 
 
 def test_engine_synthesizer_detects_runaways(test_set, tmp_path):
-    from duet.serve.mock import MockAdapter, MockConfig
+    from duet.serve.mock import MockConfig, MockRuntime
 
     # The mock stops after 4 frames unless the text says "five": then it never stops and hits its bound (12).
-    adapter = MockAdapter(MockConfig(max_frames=12), script=lambda r: None if "five" in r.text else 4)
-    synth = EngineSynthesizer(adapter, SynthOptions(batch_size=3))
+    runtime = MockRuntime(MockConfig(max_frames=12), script=lambda r: None if "five" in r.text else 4)
+    synth = EngineSynthesizer(runtime, SynthOptions(batch_size=3))
     res = run_eval(_config(test_set, tmp_path / "mock", model="mock"), synth)
     rows = {r["utt"]: r for r in res.rows}
     assert rows["u5"]["runaway"] is True and rows["u5"]["frames"] == 12 and rows["u5"]["ended"] == "bound"
@@ -200,7 +200,7 @@ def test_engine_synthesizer_detects_runaways(test_set, tmp_path):
     assert rows["u0"]["duration_s"] == pytest.approx(4 * 320 / 16_000)
     assert res.summary["metrics"]["runaway"]["hits"] == 1
     # every request got a reference (cloning prompt) and its per-utterance seed
-    assert all(r.reference is not None for r in adapter.prefilled)
+    assert all(r.reference is not None for r in runtime.prefilled)
     assert not synth.engine.alive  # run_eval closed it
 
 
@@ -218,12 +218,10 @@ def test_gepard_from_a_shipped_checkpoint(test_set, tmp_path):
 def test_a_bare_checkpoint_directory_is_read_by_its_type(tmp_path):
     from checkpoint_testing import write_tiny_gepard
     from duet.eval.synth import EngineSynthesizer
-    from duet.serve.adapter import FamilyAdapter
     from duet.tts.gepard import GepardRuntime
 
     synth = load_synthesizer(str(write_tiny_gepard(tmp_path / "ckpt")), SynthOptions(batch_size=2))
-    assert isinstance(synth, EngineSynthesizer) and isinstance(synth.adapter, FamilyAdapter)
-    assert isinstance(synth.adapter.runtime, GepardRuntime)
+    assert isinstance(synth, EngineSynthesizer) and isinstance(synth.runtime, GepardRuntime)
     synth.close()
     with pytest.raises(DuetError, match="neither a shipped model"):
         load_synthesizer(str(tmp_path / "nothing-here"))

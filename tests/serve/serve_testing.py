@@ -11,16 +11,16 @@ from typing import Callable, Iterator
 import torch
 
 from duet.serve.engine import Engine, EngineConfig
-from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.mock import MockConfig, MockRuntime
 from duet.serve.scheduler import SchedulerConfig
 
 
 def make_engine(mock: MockConfig = MockConfig(), script=None, chunk_frames: int = 1, max_chunk_frames: int = 16,
-                **scheduler) -> tuple[Engine, MockAdapter]:
-    adapter = MockAdapter(mock, script=script)
+                **scheduler) -> tuple[Engine, MockRuntime]:
+    runtime = MockRuntime(mock, script=script)
     config = EngineConfig(scheduler=SchedulerConfig(**scheduler), chunk_frames=chunk_frames,
                           max_chunk_frames=max_chunk_frames)
-    return Engine(adapter, config), adapter
+    return Engine(runtime, config), runtime
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -53,24 +53,24 @@ def uvicorn_server(app, http="auto") -> Iterator[str]:
         sock.close()
 
 
-def drive(adapter, jobs: list[tuple[int, object]]) -> list[torch.Tensor]:
-    """Prefill/step an adapter like the engine; job i = (step at which it joins, request). -> codes (Q, T) per job,
+def drive(runtime, jobs: list[tuple[int, object]]) -> list[torch.Tensor]:
+    """Prefill/step an runtime like the engine; job i = (step at which it joins, request). -> codes (Q, T) per job,
     all its steps' frames joined. A request ends on ``final`` or when its frames reach its bound, as in the engine."""
     running: dict[int, object] = {}
     got: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(jobs))}
-    bounds = [r.params.max_frames or adapter.frame_bound(r) for _, r in jobs]
+    bounds = [r.params.max_frames or runtime.frame_bound(r) for _, r in jobs]
     done: set[int] = set()
     step = 0
     while len(done) < len(jobs):
         for i, (at, req) in enumerate(jobs):
             if at == step:
-                running[i] = adapter.prefill([req], [req.params.seed])[0]
+                running[i] = runtime.prefill([req], [req.params.seed])[0]
         if running:
             order = list(running)
-            for i, out in zip(order, adapter.step([running[i] for i in order])):
+            for i, out in zip(order, runtime.step([running[i] for i in order])):
                 got[i].append(out.codes)
                 if out.final or sum(c.shape[1] for c in got[i]) >= bounds[i]:
                     done.add(i)
-                    adapter.release(running.pop(i))
+                    runtime.release(running.pop(i))
         step += 1
     return [torch.cat(got[i], dim=1) for i in range(len(jobs))]

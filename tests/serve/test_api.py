@@ -11,27 +11,27 @@ import soundfile as sf
 from fastapi.testclient import TestClient
 from serve_testing import wait_until
 
-from duet.serve.adapter import SynthesisRequest
 from duet.serve.api import ServeConfig, create_app
 from duet.serve.engine import Engine, EngineConfig
-from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.mock import MockConfig, MockRuntime
 from duet.serve.scheduler import SchedulerConfig
+from duet.tts.request import SynthesisRequest
 
 MOCK = MockConfig()
 SPF, SR = MOCK.samples_per_frame, MOCK.sample_rate
 
 
 def client_for(mock: MockConfig = MOCK, config: ServeConfig = ServeConfig(), script=None, **scheduler):
-    adapter = MockAdapter(mock, script=script)
-    engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(**scheduler)))
-    return TestClient(create_app(engine, config)), engine, adapter
+    runtime = MockRuntime(mock, script=script)
+    engine = Engine(runtime, EngineConfig(scheduler=SchedulerConfig(**scheduler)))
+    return TestClient(create_app(engine, config)), engine, runtime
 
 
 @pytest.fixture
 def api():
-    client, engine, adapter = client_for()
+    client, engine, runtime = client_for()
     with client:
-        yield client, engine, adapter
+        yield client, engine, runtime
 
 
 def speech(client, **fields):
@@ -91,19 +91,19 @@ def test_sse_wav_and_flac_decode_to_the_same_samples(api):
 
 
 def test_sampled_codes_survive_the_http_path(api):
-    client, _, adapter = api
+    client, _, runtime = api
     greedy = pcm_to_float(speech(client, response_format="pcm", temperature=0).content)
-    assert (adapter.codec.codes_from_audio(greedy) == 0).all()
-    top2 = adapter.codec.codes_from_audio(pcm_to_float(speech(client, response_format="pcm", top_k=2).content))
+    assert (runtime.codec.codes_from_audio(greedy) == 0).all()
+    top2 = runtime.codec.codes_from_audio(pcm_to_float(speech(client, response_format="pcm", top_k=2).content))
     assert set(np.unique(top2)) == {0, 1}
 
 
-def test_speed_voice_object_and_instructions_reach_the_adapter(api):
-    client, _, adapter = api
+def test_speed_voice_object_and_instructions_reach_the_runtime(api):
+    client, _, runtime = api
     r = speech(client, input="twenty characters!!!", speed=2.0, voice={"id": "echo"}, instructions="happy",
                response_format="pcm")
     assert r.status_code == 200 and len(r.content) == 10 * SPF * 2  # the mock speaks ceil(chars / speed) frames
-    seen = adapter.prefilled[-1]
+    seen = runtime.prefilled[-1]
     assert (seen.voice, seen.emotion, seen.speed) == ("echo", "happy", 2.0)  # instructions read as an emotion
 
 
@@ -188,16 +188,16 @@ def test_body_and_text_limits_are_configurable():
 
 
 def test_voice_cloning_from_an_upload_or_base64(api):
-    client, _, adapter = api
+    client, _, runtime = api
     clip = wav_bytes(2.0, 8000)
     r = client.post("/v1/audio/speech", data={"model": "duet-mock", "input": "clone me", "seed": "1"},
                     files={"reference_audio": ("ref.wav", clip, "audio/wav")})
     assert r.status_code == 200, r.text
-    reference = adapter.prefilled[-1].reference
+    reference = runtime.prefilled[-1].reference
     assert reference is not None and reference.shape == (2 * SR,)  # resampled to the codec's rate
     flac = base64.b64encode(wav_bytes(1.0, SR, "FLAC")).decode()
     r = speech(client, reference_audio="data:audio/flac;base64," + flac)
-    assert r.status_code == 200 and adapter.prefilled[-1].reference.shape == (SR,)
+    assert r.status_code == 200 and runtime.prefilled[-1].reference.shape == (SR,)
     too_long = speech(client, reference_audio=base64.b64encode(wav_bytes(31.0, 8000)).decode())
     assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "reference_too_long"
     too_short = speech(client, reference_audio=base64.b64encode(wav_bytes(0.1, 8000)).decode())
@@ -205,7 +205,7 @@ def test_voice_cloning_from_an_upload_or_base64(api):
 
 
 def test_cloning_unsupported_is_a_400():
-    client, _, _ = client_for(MockConfig(supports_cloning=False))
+    client, _, _ = client_for(MockConfig(clone_from_audio=False))
     with client:
         r = speech(client, reference_audio=base64.b64encode(wav_bytes(2.0, 8000)).decode())
         assert r.status_code == 400 and r.json()["error"]["code"] == "cloning_unsupported"
@@ -236,11 +236,11 @@ def test_metrics_count_requests_after_traffic(api):
             float(line.rsplit(" ", 1)[1])
 
 
-def test_adapter_close_runs_when_the_server_stops():
-    """Adapters that own processes (the vLLM one) get ``close()`` on shutdown, after the engine has stopped."""
+def test_runtime_close_runs_when_the_server_stops():
+    """Runtimes that own processes (the vLLM one) get ``close()`` on shutdown, after the engine has stopped."""
     closed = []
 
-    class Closing(MockAdapter):
+    class Closing(MockRuntime):
         def close(self):
             closed.append(engine.alive)
 
@@ -254,12 +254,12 @@ def test_adapter_close_runs_when_the_server_stops():
 def test_fields_a_request_leaves_out_take_the_models_defaults():
     from duet.tts.sampling import SamplingParams
 
-    client, _, adapter = client_for(MockConfig(params=SamplingParams(temperature=0.5, top_k=7)))
+    client, _, runtime = client_for(MockConfig(params=SamplingParams(temperature=0.5, top_k=7)))
     with client:
         assert speech(client, response_format="pcm").status_code == 200
-        assert (adapter.prefilled[-1].params.temperature, adapter.prefilled[-1].params.top_k) == (0.5, 7)
+        assert (runtime.prefilled[-1].params.temperature, runtime.prefilled[-1].params.top_k) == (0.5, 7)
         assert speech(client, response_format="pcm", temperature=1.0).status_code == 200
-        assert (adapter.prefilled[-1].params.temperature, adapter.prefilled[-1].params.top_k) == (1.0, 7)
+        assert (runtime.prefilled[-1].params.temperature, runtime.prefilled[-1].params.top_k) == (1.0, 7)
 
 
 def test_hostile_inputs_are_clear_4xx_not_5xx(api):
@@ -285,8 +285,8 @@ def test_hostile_inputs_are_clear_4xx_not_5xx(api):
 
 
 def test_openai_voice_names_mean_the_default_voice(api):
-    client, _, adapter = api
-    assert "nova" not in adapter.voices
+    client, _, runtime = api
+    assert "nova" not in runtime.traits.voices
     r = speech(client, voice="nova")
     assert r.status_code == 200
     assert speech(client, voice="not-an-openai-voice").status_code == 400  # other unknown names stay an error
@@ -298,12 +298,12 @@ def test_slow_text_preparation_never_blocks_health():
     import threading
     import time
 
-    class SlowAdapter(MockAdapter):
-        def validate(self, request):
+    class SlowRuntime(MockRuntime):
+        def check(self, request):
             time.sleep(1.5)
-            super().validate(request)
+            super().check(request)
 
-    engine = Engine(SlowAdapter(MOCK), EngineConfig())
+    engine = Engine(SlowRuntime(MOCK), EngineConfig())
     with TestClient(create_app(engine, ServeConfig())) as client:
         result = {}
         worker = threading.Thread(target=lambda: result.setdefault("r", speech(client)))
@@ -348,7 +348,7 @@ def test_a_generation_with_no_audio_is_still_a_readable_flac():
 
 
 def test_a_request_past_its_time_budget_is_a_504_and_the_next_one_is_served():
-    engine = Engine(MockAdapter(MockConfig(step_delay_s=0.02)), EngineConfig(time_budget_s=0.3,
+    engine = Engine(MockRuntime(MockConfig(step_delay_s=0.02)), EngineConfig(time_budget_s=0.3,
                                                                             time_budget_per_audio_s=0.0))
     with TestClient(create_app(engine)) as client:
         r = speech(client, input="x" * 200, response_format="flac")  # 200 steps of 20 ms: past 0.3 s
@@ -413,13 +413,13 @@ def test_duet_speak_takes_the_bounds_the_api_takes(api):
 def test_text_preparation_past_the_time_budget_is_a_504():
     import time
 
-    class SlowAdapter(MockAdapter):
-        def validate(self, request):
+    class SlowRuntime(MockRuntime):
+        def check(self, request):
             if request.text == "slow":
                 time.sleep(1.5)
-            super().validate(request)
+            super().check(request)
 
-    engine = Engine(SlowAdapter(MOCK), EngineConfig(time_budget_s=0.3))
+    engine = Engine(SlowRuntime(MOCK), EngineConfig(time_budget_s=0.3))
     with TestClient(create_app(engine)) as client:
         started = time.perf_counter()
         r = speech(client, input="slow")
@@ -435,19 +435,36 @@ def test_text_preparations_run_at_most_max_preparing_at_once():
 
     lock, running, most = threading.Lock(), [0], [0]
 
-    class CountingAdapter(MockAdapter):
-        def validate(self, request):
+    class CountingRuntime(MockRuntime):
+        def check(self, request):
             with lock:
                 running[0] += 1
                 most[0] = max(most[0], running[0])
             time.sleep(0.2)
             with lock:
                 running[0] -= 1
-            super().validate(request)
+            super().check(request)
 
-    engine = Engine(CountingAdapter(MOCK), EngineConfig())
+    engine = Engine(CountingRuntime(MOCK), EngineConfig())
     with TestClient(create_app(engine, ServeConfig(max_preparing=2))) as client:
         with ThreadPoolExecutor(6) as pool:
             codes = list(pool.map(lambda i: speech(client, input=f"hello {i}").status_code, range(6)))
     assert codes == [200] * 6
     assert most[0] == 2  # six at once were prepared two by two
+
+
+def test_a_request_the_server_cannot_finish_in_time_is_a_503_with_retry_after_at_once():
+    """Admission by cost (``duet.serve.cost``): at 10 ms a step, 300 frames cannot end within a 1 s budget, so the
+    request is answered 503 before it is queued, with a Retry-After; a short one is served as usual."""
+    import time
+
+    engine = Engine(MockRuntime(MockConfig(step_delay_s=0.01)), EngineConfig(time_budget_s=1.0,
+                                                                            time_budget_per_audio_s=0.0))
+    with TestClient(create_app(engine)) as client:
+        assert speech(client, input="warm").status_code == 200  # the first steps are timed
+        started = time.perf_counter()
+        r = speech(client, input="x" * 300)
+        assert r.status_code == 503 and time.perf_counter() - started < 0.5
+        assert r.json()["error"]["code"] == "server_overloaded" and int(r.headers["retry-after"]) >= 1
+        assert speech(client, input="short").status_code == 200
+        assert engine.stats().finished["error"] == 0  # nothing timed out

@@ -10,16 +10,16 @@ from serve_testing import uvicorn_server, wait_until
 
 from duet.serve.api import create_app
 from duet.serve.engine import Engine, EngineConfig
-from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.mock import MockConfig, MockRuntime
 from duet.serve.scheduler import SchedulerConfig
 
 BODY = {"model": "duet-mock", "voice": "alloy"}
 
 
 def serve(mock: MockConfig, script=None, **scheduler):
-    adapter = MockAdapter(mock, script=script)
-    engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(**scheduler)))
-    return create_app(engine), engine, adapter
+    runtime = MockRuntime(mock, script=script)
+    engine = Engine(runtime, EngineConfig(scheduler=SchedulerConfig(**scheduler)))
+    return create_app(engine), engine, runtime
 
 
 def test_streamed_wav_over_http_arrives_in_chunks_and_parses():
@@ -39,7 +39,7 @@ def test_streamed_wav_over_http_arrives_in_chunks_and_parses():
 
 
 def test_client_disconnect_mid_stream_frees_the_slot(never_stop):
-    app, engine, adapter = serve(MockConfig(step_delay_s=0.01), script=never_stop, max_running=2)
+    app, engine, runtime = serve(MockConfig(step_delay_s=0.01), script=never_stop, max_running=2)
     with uvicorn_server(app) as url:
         for stream_format in ("audio", "sse"):
             with httpx.Client(base_url=url, timeout=30) as client:
@@ -55,7 +55,7 @@ def test_client_disconnect_mid_stream_frees_the_slot(never_stop):
             # leaving both context managers closed the connection mid-stream
             wait_until(lambda: engine.stats().running == 0, what="the engine to drop the request")
         assert engine.stats().finished["cancelled"] == 2
-        assert adapter.live_states == 0 and engine.stats().cache_bytes_used == 0
+        assert runtime.live_states == 0 and engine.stats().cache_bytes_used == 0
         metrics = httpx.get(f"{url}/metrics").text
         assert "duet_active_streams 0" in metrics and 'duet_engine_running{model="duet-mock"} 0' in metrics
         r = httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "after", "max_frames": 3}, timeout=30)
@@ -104,8 +104,8 @@ def test_a_stalled_request_body_gets_a_408_and_the_server_keeps_serving():
 
     from duet.serve.api import ServeConfig
 
-    adapter = MockAdapter(MockConfig())
-    app = create_app(Engine(adapter, EngineConfig()), ServeConfig(body_timeout_s=0.5))
+    runtime = MockRuntime(MockConfig())
+    app = create_app(Engine(runtime, EngineConfig()), ServeConfig(body_timeout_s=0.5))
     with uvicorn_server(app) as url:
         u = urlparse(url)
         with socket.create_connection((u.hostname, u.port), timeout=10) as sock:
@@ -118,7 +118,7 @@ def test_a_stalled_request_body_gets_a_408_and_the_server_keeps_serving():
         assert httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "ok"}, timeout=30).status_code == 200
 
 
-class FailsLate(MockAdapter):
+class FailsLate(MockRuntime):
     """Fails the request "fails late" after 30 frames of audio have gone out."""
 
     def step(self, states):
@@ -146,8 +146,8 @@ def test_streamed_audio_ends_cleanly_only_when_the_generation_did():
     the transfer (every client reports an incomplete body) instead of ending it like a whole answer; a bound the
     client set itself ends cleanly."""
     script = lambda request: None if request.text.startswith("never") else 40  # noqa: E731
-    adapter = FailsLate(MockConfig(step_delay_s=0.002, max_frames=120), script=script)
-    app = create_app(Engine(adapter, EngineConfig()))
+    runtime = FailsLate(MockConfig(step_delay_s=0.002, max_frames=120), script=script)
+    app = create_app(Engine(runtime, EngineConfig()))
     with uvicorn_server(app) as url:
         assert _read_stream(url, {"input": "fine", "response_format": "pcm"}) == (40 * 320 * 2, True)
         got, clean = _read_stream(url, {"input": "fails late", "response_format": "pcm"})
@@ -165,8 +165,8 @@ def test_a_client_that_stops_reading_is_cut_and_frees_its_slot(never_stop):
 
     from duet.serve.api import ServeConfig
 
-    adapter = MockAdapter(MockConfig(step_delay_s=0.0005, max_frames=200_000), script=never_stop)
-    engine = Engine(adapter, EngineConfig())
+    runtime = MockRuntime(MockConfig(step_delay_s=0.0005, max_frames=200_000), script=never_stop)
+    engine = Engine(runtime, EngineConfig())
     app = create_app(engine, ServeConfig(stream_idle_timeout_s=0.5))
     with uvicorn_server(app) as url:
         u = urlparse(url)
@@ -181,7 +181,7 @@ def test_a_client_that_stops_reading_is_cut_and_frees_its_slot(never_stop):
             wait_until(lambda: engine.stats().running == 0, timeout=30.0, what="the stalled stream to be cut")
         finally:
             sock.close()
-        assert engine.stats().finished["cancelled"] == 1 and adapter.live_states == 0
+        assert engine.stats().finished["cancelled"] == 1 and runtime.live_states == 0
         assert httpx.get(f"{url}/metrics").text.count("duet_active_streams 0") == 1
         r = httpx.post(f"{url}/v1/audio/speech", json={**BODY, "input": "after", "max_frames": 3}, timeout=30)
         assert r.status_code == 200 and len(r.content) == 44 + 3 * 320 * 2
@@ -194,7 +194,7 @@ def test_a_connection_that_stalls_in_its_headers_is_closed():
 
     from duet.serve.protocol import header_timeout_protocol
 
-    app = create_app(Engine(MockAdapter(MockConfig()), EngineConfig()))
+    app = create_app(Engine(MockRuntime(MockConfig()), EngineConfig()))
     with uvicorn_server(app, http=header_timeout_protocol(0.5)) as url:
         u = urlparse(url)
         socks = [socket.create_connection((u.hostname, u.port), timeout=10) for _ in range(2)]
@@ -215,7 +215,7 @@ def test_a_client_gone_while_sending_its_body_is_no_server_error(caplog):
     import time
     from urllib.parse import urlparse
 
-    app = create_app(Engine(MockAdapter(MockConfig()), EngineConfig()))
+    app = create_app(Engine(MockRuntime(MockConfig()), EngineConfig()))
     with uvicorn_server(app) as url, caplog.at_level(logging.INFO, logger="duet.serve"):
         u = urlparse(url)
         with socket.create_connection((u.hostname, u.port), timeout=10) as sock:

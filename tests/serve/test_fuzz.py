@@ -1,4 +1,4 @@
-"""Malformed and hostile requests against every family's adapter (tiny random-weight checkpoints) behind the real
+"""Malformed and hostile requests against every family's runtime (tiny random-weight checkpoints) behind the real
 API: each gets a 4xx with an OpenAI-shaped JSON error or a 200, never a 5xx, and the server serves the next good
 request. 120 generated requests per family, seeded."""
 
@@ -21,12 +21,12 @@ KEYS = ["model", "input", "voice", "response_format", "speed", "stream_format", 
         "top_k", "top_p", "max_frames", "reference_audio", "stop_threshold", "steps", "junk"]
 
 
-def _adapter(kind: str, root):
-    from duet.serve.adapter import load_adapter
+def _runtime(kind: str, root):
+    from duet.tts import load_runtime
 
     write = {"gepard": write_tiny_gepard, "luna": write_tiny_luna,
              "luna-realtime": lambda r: write_tiny_luna_realtime(r, end_bias=20.0)}
-    return load_adapter(str(write[kind](root)), name="m")
+    return load_runtime(str(write[kind](root)), name="m")
 
 
 def _raw(body: dict) -> bytes:
@@ -36,7 +36,7 @@ def _raw(body: dict) -> bytes:
 @pytest.mark.parametrize("kind", ["gepard", "luna", "luna-realtime"])
 def test_fuzzed_requests_never_get_a_5xx(kind, tmp_path):
     rng = random.Random(f"fuzz:{kind}")
-    with TestClient(create_app(Engine(_adapter(kind, tmp_path)))) as client:
+    with TestClient(create_app(Engine(_runtime(kind, tmp_path)))) as client:
         statuses = []
         for _ in range(120):
             body = {"model": "m", "input": "Hello there.", "max_frames": 8, "steps": 2}

@@ -21,13 +21,14 @@ from duet.gepard.config import GepardConfig, with_voice_prefix
 from duet.gepard.generate import SamplingConfig, frame_bound, generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.nn.backbone import BackboneConfig
-from duet.serve.adapter import FamilyAdapter, SynthesisRequest
 from duet.serve.api import create_app
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
 from duet.serve.mock import MockCodec
 from duet.serve.schemas import ServeConfig
 from duet.tts.gepard import GepardRuntime, GepardRuntimeConfig
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import check_request
 from duet.tts.sampling import SamplingParams
 from duet.tts.speaker import Speaker
 
@@ -135,17 +136,17 @@ def test_the_prefix_is_in_the_cache_and_a_request_without_a_clip_reads_the_null_
 
 
 def test_what_the_runtime_refuses_about_a_clip(model):
-    plain = FamilyAdapter(runtime_for(micro_model(voice=False)))
-    assert not plain.supports_cloning
+    plain = runtime_for(micro_model(voice=False))
+    assert not plain.traits.clone_from_audio
     with pytest.raises(InvalidRequest, match="no voice compressor") as err:
-        plain.validate(SynthesisRequest("x", reference=clip(1.0)))
+        check_request(SynthesisRequest("x", reference=clip(1.0)), plain)
     assert (err.value.param, err.value.code) == ("reference_audio", "cloning_unsupported")
-    adapter = FamilyAdapter(runtime_for(model))
-    assert adapter.supports_cloning
-    adapter.validate(SynthesisRequest("x", reference=clip(1.0)))
+    cloning = runtime_for(model)
+    assert cloning.traits.clone_from_audio
+    check_request(SynthesisRequest("x", reference=clip(1.0)), cloning)
     for bad in (clip(1.0)[: SPF - 1], np.full(SR, np.nan, dtype=np.float32), clip(1.0)[:, None]):
         with pytest.raises(InvalidRequest) as err:
-            adapter.validate(SynthesisRequest("x", reference=bad))
+            check_request(SynthesisRequest("x", reference=bad), cloning)
         assert err.value.param == "reference_audio"
 
 
@@ -164,7 +165,7 @@ def test_speak_and_http_clone_the_same_frames_for_a_seed(model, tmp_path):
 
     body = {"model": "micro", "input": "Clone this voice.", "seed": 5, "response_format": "pcm",
             "reference_audio": base64.b64encode(reference).decode()}
-    with TestClient(create_app(Engine(FamilyAdapter(runtime)))) as client:
+    with TestClient(create_app(Engine(runtime))) as client:
         served = client.post("/v1/audio/speech", json=body)
         other_seed = client.post("/v1/audio/speech", json={**body, "seed": 6})
         no_clip = client.post("/v1/audio/speech", json={k: v for k, v in body.items() if k != "reference_audio"})
@@ -189,7 +190,7 @@ def test_http_cloning_errors_are_clear_4xx_and_the_server_keeps_serving(model):
         r = client.post("/v1/audio/speech", json={**body, "reference_audio": text})
         return r.status_code, (r.json()["error"] if r.status_code != 200 else {})
 
-    with TestClient(create_app(Engine(FamilyAdapter(runtime_for(model))), limits)) as client:
+    with TestClient(create_app(Engine(runtime_for(model)), limits)) as client:
         status, error = post(client, b"RIFF not a wav at all")
         assert status == 400 and error["param"] == "reference_audio" and "not a readable audio" in error["message"]
         status, error = post(client, "%%% not base64")
@@ -199,7 +200,7 @@ def test_http_cloning_errors_are_clear_4xx_and_the_server_keeps_serving(model):
         status, error = post(client, wav(clip(2.6)))
         assert status == 400 and error["code"] == "reference_too_large"
         assert post(client, wav(clip(1.0)))[0] == 200  # still serving
-    with TestClient(create_app(Engine(FamilyAdapter(runtime_for(micro_model(voice=False)))), limits)) as client:
+    with TestClient(create_app(Engine(runtime_for(micro_model(voice=False))), limits)) as client:
         status, error = post(client, wav(clip(1.0)))
         assert status == 400 and error["code"] == "cloning_unsupported"
         assert client.get("/v1/audio/voices").json()["cloning"] is False
@@ -213,7 +214,7 @@ def test_duet_speak_voice_ref_on_a_real_fsq_codec(tmp_path, capsys):
 
     model_dir = write_tiny_gepard(tmp_path / "voice", voice=True)
     speaker = duet.load(model_dir)
-    assert speaker.clones_from_audio
+    assert speaker.clone_from_audio
     ref = tmp_path / "ref.wav"
     sf.write(ref, clip(1.0), SR)  # resampled to the codec's rate on the way in
     out = tmp_path / "out.wav"

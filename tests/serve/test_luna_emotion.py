@@ -11,10 +11,11 @@ from fastapi.testclient import TestClient
 
 import duet
 from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_luna_realtime
-from duet.serve.adapter import SynthesisRequest, load_adapter
 from duet.serve.api import create_app
 from duet.serve.engine import Engine
 from duet.text.tokens import EMOTIONS
+from duet.tts import load_runtime
+from duet.tts.request import SynthesisRequest
 from duet.tts.sampling import SamplingParams
 
 TEXT = "Well [laugh] hello there."
@@ -34,9 +35,9 @@ def _pcm(r) -> np.ndarray:
 
 @pytest.mark.parametrize("kind", ["luna", "luna-realtime"])
 def test_served_emotion_equals_speak_with_that_emotion(dirs, kind):
-    adapter = load_adapter(str(dirs[kind]), name="m")
+    runtime = load_runtime(str(dirs[kind]), name="m")
     request = SynthesisRequest(TEXT, emotion="happy", params=SamplingParams(seed=5, steps=3))
-    with Engine(adapter) as engine:
+    with Engine(runtime) as engine:
         audio, finish = engine.submit(request).collect(timeout=120)
         plain, _ = engine.submit(SynthesisRequest(TEXT, params=SamplingParams(seed=5, steps=3))).collect(timeout=120)
     speech = duet.load(dirs[kind]).speak(TEXT, seed=5, steps=3, emotion="happy")
@@ -48,7 +49,7 @@ def test_served_emotion_equals_speak_with_that_emotion(dirs, kind):
 def test_http_instructions_map_to_one_emotion_or_a_400(dirs):
     speaker = duet.load(dirs["luna"])
     body = {"model": "m", "input": TEXT, "seed": 9, "steps": 2, "response_format": "pcm"}
-    with TestClient(create_app(Engine(load_adapter(str(dirs["luna"]), name="m")))) as client:
+    with TestClient(create_app(Engine(load_runtime(str(dirs["luna"]), name="m")))) as client:
         happy = _pcm(client.post("/v1/audio/speech", json={**body, "instructions": "speak happily"}))
         expected = speaker.speak(TEXT, seed=9, steps=2, emotion="happy").audio
         np.testing.assert_allclose(happy, expected, atol=1.5 / 32767)
@@ -69,7 +70,7 @@ def test_http_instructions_map_to_one_emotion_or_a_400(dirs):
 
 def test_gepard_answers_an_emotion_with_a_400(dirs):
     body = {"model": "m", "input": "Hi.", "seed": 1, "max_frames": 4, "stop_threshold": 0.999, "response_format": "pcm"}
-    with TestClient(create_app(Engine(load_adapter(str(dirs["gepard"]), name="m")))) as client:
+    with TestClient(create_app(Engine(load_runtime(str(dirs["gepard"]), name="m")))) as client:
         r = client.post("/v1/audio/speech", json={**body, "instructions": "sound happy"})
         assert r.status_code == 400
         error = r.json()["error"]

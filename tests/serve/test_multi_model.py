@@ -18,23 +18,23 @@ from serve_testing import uvicorn_server, wait_until
 
 from duet.cli import build_parser, main
 from duet.errors import DuetError
-from duet.serve.adapter import SynthesisRequest
 from duet.serve.api import ServeConfig, create_app
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.errors import QueueFull
 from duet.serve.metrics import Metrics
-from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.mock import MockConfig, MockRuntime
 from duet.serve.models import ServedModels
 from duet.serve.scheduler import SchedulerConfig
 from duet.serve.text_stream import ROUTE
+from duet.tts.request import SynthesisRequest
 
 A = MockConfig(name="mock-a", voices=("anna", "alloy"), sample_rate=16_000, samples_per_frame=320)
-B = MockConfig(name="mock-b", voices=("bob",), sample_rate=24_000, samples_per_frame=480, supports_cloning=False)
+B = MockConfig(name="mock-b", voices=("bob",), sample_rate=24_000, samples_per_frame=480, clone_from_audio=False)
 ALIASES = (("tts-1", "mock-a"), ("tts-1-hd", "mock-b"))
 
 
 def engine_for(mock: MockConfig, script=None, **scheduler) -> Engine:
-    return Engine(MockAdapter(mock, script=script), EngineConfig(scheduler=SchedulerConfig(**scheduler)))
+    return Engine(MockRuntime(mock, script=script), EngineConfig(scheduler=SchedulerConfig(**scheduler)))
 
 
 @pytest.fixture
@@ -52,16 +52,16 @@ def speech(client, model: str, **fields):
 def test_the_model_field_picks_the_engine_and_its_sample_rate(two):
     client, a, b = two
     for model, engine, mock in (("mock-a", a, A), ("mock-b", b, B), ("tts-1-hd", b, B)):
-        before = len(engine.adapter.prefilled)
+        before = len(engine.runtime.prefilled)
         r = speech(client, model)
         assert r.status_code == 200, r.text
         audio, sr = sf.read(io.BytesIO(r.content))
         assert sr == int(r.headers["x-sample-rate"]) == mock.sample_rate
         assert audio.shape == (len("hello") * mock.samples_per_frame,)
-        assert len(engine.adapter.prefilled) == before + 1
-    assert len(a.adapter.prefilled) == 1 and len(b.adapter.prefilled) == 2
+        assert len(engine.runtime.prefilled) == before + 1
+    assert len(a.runtime.prefilled) == 1 and len(b.runtime.prefilled) == 2
     assert speech(client, "mock-b").status_code == 200  # no voice: mock-b's own default, not mock-a's
-    assert b.adapter.prefilled[-1].voice == "bob"
+    assert b.runtime.prefilled[-1].voice == "bob"
     bad = speech(client, "mock-b", voice="anna")  # a voice of the other model
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "voice_not_found"
 
@@ -112,7 +112,7 @@ def test_a_text_stream_speaks_with_the_model_it_names(two):
             elif json.loads(message["text"])["type"] == "session.done":
                 break
     assert len(audio) == 2 * len("Hello there.") * B.samples_per_frame
-    assert [r.text for r in b.adapter.prefilled] == ["Hello there."] and a.adapter.prefilled == []
+    assert [r.text for r in b.runtime.prefilled] == ["Hello there."] and a.runtime.prefilled == []
 
 
 def test_health_and_metrics_cover_every_model(two):
@@ -140,7 +140,7 @@ def test_health_and_metrics_cover_every_model(two):
 def test_startup_and_shutdown_start_and_stop_every_engine():
     closed = []
 
-    class Closing(MockAdapter):
+    class Closing(MockRuntime):
         def close(self):
             closed.append((self.name, engines[self.name].alive))
 
@@ -185,11 +185,11 @@ def test_a_backlog_of_slow_preparations_on_one_model_holds_no_worker_thread_anot
     one and answered while A's backlog still waits."""
     gate, preparing = threading.Event(), []
 
-    class Hanging(MockAdapter):
-        def validate(self, request):
+    class Hanging(MockRuntime):
+        def check(self, request):
             preparing.append(request.text)
             gate.wait(30)
-            super().validate(request)
+            super().check(request)
 
     a, b = Engine(Hanging(A), EngineConfig()), engine_for(B)
 

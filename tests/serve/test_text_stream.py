@@ -9,7 +9,7 @@ from serve_testing import wait_until
 
 from duet.serve.api import ServeConfig, create_app
 from duet.serve.engine import Engine, EngineConfig
-from duet.serve.mock import MockAdapter, MockConfig
+from duet.serve.mock import MockConfig, MockRuntime
 from duet.serve.schemas import TextStreamConfig
 from duet.serve.text_stream import ROUTE
 from duet.text.segmenter import SegmenterConfig, TextSegmenter
@@ -20,7 +20,7 @@ START = {"type": "session.start", "model": "duet-mock", "voice": "alloy", "seed"
 
 
 def client_for(mock: MockConfig = MOCK, stream: TextStreamConfig = TextStreamConfig()):
-    engine = Engine(MockAdapter(mock), EngineConfig())
+    engine = Engine(MockRuntime(mock), EngineConfig())
     return TestClient(create_app(engine, ServeConfig(text_stream=stream))), engine
 
 

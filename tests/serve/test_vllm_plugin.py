@@ -43,11 +43,11 @@ from duet.gepard.checkpoint import load_gepard, save_gepard
 from duet.gepard.config import gepard_tiny, with_aligned_input, with_voice_prefix
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt
-from duet.serve.adapter import SynthesisRequest
 from duet.serve.vllm.export import export_for_vllm
 from duet.text.bpe import BPEConfig, save_bpe, train_bpe
 from duet.text.prompts import gepard_prompt
 from duet.tts.gepard import GepardRuntime
+from duet.tts.request import SynthesisRequest
 from duet.tts.sampling import SamplingParams
 from process_testing import child_pids
 
@@ -113,19 +113,19 @@ def reference(tiny, text: str, bound: int, stop_threshold: float, speed: float =
 
 def builtin_engine(tiny, text: str, params: SamplingParams, seed: int, speed: float = 1.0, codec=None,
                    reference: np.ndarray | None = None) -> list:
-    """Packed frames (T, G) from duet's built-in serving adapter, seeded exactly as the engine seeds it; a
+    """Packed frames (T, G) from duet's built-in Gepard runtime, seeded exactly as the engine seeds it; a
     ``reference`` clip (at ``codec``'s rate) is encoded by ``codec``, else no codec runs."""
     codec = codec or type("PackedCodec", (), {"codebook_sizes": (FSQConfig().codebook_size,) * 8})()
-    adapter = GepardRuntime(tiny["loaded"].model, codec, tiny["encode"])
+    runtime = GepardRuntime(tiny["loaded"].model, codec, tiny["encode"])
     request = SynthesisRequest(text=text, params=params, speed=speed, reference=reference)
-    (state,) = adapter.prefill([request], [seed])
+    (state,) = runtime.prefill([request], [seed])
     frames = []
     while len(frames) < params.max_frames:
-        (out,) = adapter.step([state])
+        (out,) = runtime.step([state])
         if out.stop_prob > params.stop_threshold:
             break
         frames.append(out.codes[:, 0].tolist())
-    adapter.release(state)
+    runtime.release(state)
     return frames
 
 

@@ -15,7 +15,7 @@ import pytest
 from duet.checkpoint_dir import checkpoints_root
 from duet.codecs.fsq import FSQConfig
 from duet.errors import DuetError
-from duet.serve.vllm.engine import GepardVLLM, VLLMConfig, VLLMGepardAdapter, load_vllm_adapter
+from duet.serve.vllm.engine import GepardVLLM, VLLMConfig, VLLMGepardRuntime, load_vllm_runtime
 from duet.serve.vllm.export import VLLMModelDir, is_vllm_export
 from duet.serve.vllm.kv_cache import FLOOR_BYTES, KV_SPACE_ENV, admitted_kv_bytes, kv_cache_memory_bytes
 
@@ -24,7 +24,7 @@ TINY_PER_POSITION = 6 * 2 * 2 * 64 * 4  # gepard-tiny: 6 layers x (K, V) x 2 kv 
 
 
 def packed_codec():
-    """What the adapter asks of a codec: eight packed code streams."""
+    """What the runtime asks of a codec: eight packed code streams."""
     return types.SimpleNamespace(codebook_sizes=(FSQConfig().codebook_size,) * 8)
 
 
@@ -85,12 +85,12 @@ def test_a_name_that_leads_nowhere_gets_the_builtin_engines_one_line_error(temp_
 
 
 def test_the_served_model_id_is_the_builtin_engines(stand_in_vllm, temp_root):
-    from duet.serve.adapter import load_adapter
+    from duet.tts import load_runtime
 
-    builtin = load_adapter("gepard-tiny").name
+    builtin = load_runtime("gepard-tiny").name
     with GepardVLLM("gepard-tiny") as engine:
-        assert VLLMGepardAdapter(engine, packed_codec()).name == builtin == "gepard-tiny"
-        assert VLLMGepardAdapter(engine, packed_codec(), name="tts-1").name == "tts-1"
+        assert VLLMGepardRuntime(engine, packed_codec()).name == builtin == "gepard-tiny"
+        assert VLLMGepardRuntime(engine, packed_codec(), name="tts-1").name == "tts-1"
     assert not leftovers(temp_root)
 
 
@@ -113,7 +113,7 @@ def test_a_failed_start_removes_the_export_and_the_frame_bank(stand_in_vllm, tem
 
 def test_a_codec_that_fails_to_load_closes_the_engine(stand_in_vllm, temp_root):
     with pytest.raises(DuetError, match="no codec named"):
-        load_vllm_adapter("gepard-tiny", codec="no-such-codec")
+        load_vllm_runtime("gepard-tiny", codec="no-such-codec")
     assert not leftovers(temp_root) and not stand_in_vllm[0].exists()
 
 

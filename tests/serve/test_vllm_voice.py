@@ -20,10 +20,11 @@ from checkpoint_testing import write_tiny_gepard
 from duet.codecs import load as load_codec
 from duet.errors import DuetError
 from duet.serve.errors import InvalidRequest
-from duet.serve.vllm.engine import GepardVLLM, VLLMGepardAdapter
+from duet.serve.vllm.engine import GepardVLLM, VLLMGepardRuntime
 from duet.serve.vllm.export import export_for_vllm
 from duet.tts.gepard import load_gepard_runtime
 from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import check_request
 
 K = 8  # the compressor's prefix vectors (with_voice_prefix's default)
 
@@ -65,18 +66,18 @@ def test_a_model_with_a_compressor_exports_with_its_compressor(models, tmp_path)
 def test_the_client_sends_the_builtin_runtimes_prompt_as_prompt_embeddings(models, sent):
     runtime = load_gepard_runtime(models["voice"])
     with GepardVLLM(models["voice"]) as engine:
-        adapter = VLLMGepardAdapter(engine, load_codec(engine.trained_codec))
-        assert adapter.supports_cloning and adapter.traits.cloning
-        reference = clip(1.0, adapter.codec.sample_rate)
-        cloned = SynthesisRequest("Hello there.", reference=reference, params=adapter.default_params)
-        plain = SynthesisRequest("Hello there.", params=adapter.default_params)
+        served = VLLMGepardRuntime(engine, load_codec(engine.trained_codec))
+        assert served.traits.clone_from_audio
+        reference = clip(1.0, served.codec.sample_rate)
+        cloned = SynthesisRequest("Hello there.", reference=reference, params=served.default_params)
+        plain = SynthesisRequest("Hello there.", params=served.default_params)
         for request in (cloned, plain):
-            adapter.validate(request)
-            assert adapter.prompt_positions(request) == runtime.prompt_positions(request) == K + len(
+            check_request(request, served)
+            assert served.prompt_positions(request) == runtime.prompt_positions(request) == K + len(
                 engine.encode(request))
-            assert adapter.frame_bound(request) == runtime.frame_bound(request)
-        states = adapter.prefill([cloned, plain], [3, 4])
-        assert [s.vreq.bound for s in states] == [adapter.frame_bound(cloned)] * 2
+            assert served.frame_bound(request) == runtime.frame_bound(request)
+        states = served.prefill([cloned, plain], [3, 4])
+        assert [s.vreq.bound for s in states] == [served.frame_bound(cloned)] * 2
 
     model = runtime.model
     ids = torch.tensor([runtime.encode("Hello there.")])  # (1, S)
@@ -86,7 +87,7 @@ def test_the_client_sends_the_builtin_runtimes_prompt_as_prompt_embeddings(model
     assert len(sent) == 2
     for call, want in zip(sent, expected):
         torch.testing.assert_close(call["prompt_embeds"], want)
-        assert call["params"]["max_tokens"] == adapter.frame_bound(cloned) + 1
+        assert call["params"]["max_tokens"] == served.frame_bound(cloned) + 1
     torch.testing.assert_close(sent[1]["prompt_embeds"][:K], model.qformer.null_prefix.detach())
     assert not torch.allclose(sent[0]["prompt_embeds"][:K], sent[1]["prompt_embeds"][:K])
     assert [c["params"]["extra_args"]["duet"]["seed"] for c in sent] == [3, 4]
@@ -94,19 +95,19 @@ def test_the_client_sends_the_builtin_runtimes_prompt_as_prompt_embeddings(model
 
 def test_what_the_vllm_path_refuses_about_a_clip(models, sent):
     with GepardVLLM(models["voice"]) as engine:
-        adapter = VLLMGepardAdapter(engine, load_codec(engine.trained_codec))
-        spf = adapter.codec.samples_per_frame
+        served = VLLMGepardRuntime(engine, load_codec(engine.trained_codec))
+        spf = served.codec.samples_per_frame
         for bad in (clip(1.0, 16_000)[: spf - 1], np.full(spf * 4, np.nan, dtype=np.float32),
                     clip(1.0, 16_000)[:, None]):
             with pytest.raises(InvalidRequest) as err:
-                adapter.validate(SynthesisRequest("x", reference=bad))
+                check_request(SynthesisRequest("x", reference=bad), served)
             assert err.value.param == "reference_audio"
     with GepardVLLM(models["plain"]) as engine:
-        adapter = VLLMGepardAdapter(engine, load_codec(engine.trained_codec))
-        assert not adapter.supports_cloning and engine.num_prefix == 0
+        served = VLLMGepardRuntime(engine, load_codec(engine.trained_codec))
+        assert not served.traits.clone_from_audio and engine.num_prefix == 0
         with pytest.raises(InvalidRequest, match="no voice compressor") as err:
-            adapter.validate(SynthesisRequest("x", reference=clip(1.0, adapter.codec.sample_rate)))
+            check_request(SynthesisRequest("x", reference=clip(1.0, served.codec.sample_rate)), served)
         assert err.value.code == "cloning_unsupported"
         with pytest.raises(DuetError, match="no voice compressor"):
-            engine.reference_prefix(adapter.codec, clip(1.0, adapter.codec.sample_rate))
+            engine.reference_prefix(served.codec, clip(1.0, served.codec.sample_rate))
     assert not sent

@@ -234,11 +234,11 @@ def two_models():
 
     from duet.serve.api import ServeConfig, create_app
     from duet.serve.engine import Engine
-    from duet.serve.mock import MockAdapter, MockConfig
+    from duet.serve.mock import MockConfig, MockRuntime
 
-    engines = [Engine(MockAdapter(MockConfig(name="mock-a"))),
-               Engine(MockAdapter(MockConfig(name="mock-b", voices=("bob",), sample_rate=24_000,
-                                             samples_per_frame=480, supports_cloning=False)))]
+    engines = [Engine(MockRuntime(MockConfig(name="mock-a"))),
+               Engine(MockRuntime(MockConfig(name="mock-b", voices=("bob",), sample_rate=24_000,
+                                             samples_per_frame=480, clone_from_audio=False)))]
     with uvicorn_server(create_app(engines, ServeConfig(model_aliases=(("tts-1", "mock-a"),)))) as url:
         yield url
 

@@ -82,13 +82,13 @@ def test_speak_and_the_engine_give_the_same_audio_for_one_seed(model_dir):
     bound give the same frames, so the same audio up to the codec's chunking."""
     from dataclasses import replace
 
-    from duet.serve.adapter import FamilyAdapter, SynthesisRequest
     from duet.serve.engine import Engine
+    from duet.tts.request import SynthesisRequest
 
     speaker = _bounded(duet.load(model_dir), frames=20)
     speech = speaker.speak("Hello there.", seed=9)
     request = SynthesisRequest("Hello there.", params=replace(speaker.runtime.default_params, seed=9))
-    with Engine(FamilyAdapter(speaker.runtime)) as engine:
+    with Engine(speaker.runtime) as engine:
         audio, finish = engine.submit(request).collect(timeout=120)
     assert (finish.reason,) == speech.ended and finish.frames == 20
     np.testing.assert_allclose(audio, speech.audio, atol=1e-5)

@@ -136,7 +136,7 @@ def test_cfg_scale_reaches_the_block_decoder(speaker, monkeypatch):
 
 def test_no_end_before_the_floor(tmp_path):
     """An end head that fires from the first frame still lets floor_factor x the predicted frames through, across
-    block boundaries (blocks of 4); the engine adapter's floor: tests/serve/test_luna_realtime_adapter.py."""
+    block boundaries (blocks of 4); the engine's floor: tests/serve/test_luna_realtime_serving.py."""
     speaker = duet.load(write_tiny_luna_realtime(tmp_path, end_bias=20.0))
     speaker.runtime.config = replace(speaker.runtime.config, floor_factor=0.75)
     ids = luna_prompt("Good morning.", speaker.runtime.tokenizer)

@@ -13,15 +13,16 @@ Built in, by ``--model`` spec:
   it exists to check the pipeline (batching, time to first audio, runaway detection) without weights.
 
 - ``gepard[:NAME|DIR]``, ``luna[:NAME|DIR]`` and ``luna-realtime[:NAME|DIR]`` (defaults gepard-tiny, luna-tiny,
-  luna-realtime-tiny): a shipped model through the serving adapter (``duet.serve.adapter.FamilyAdapter``) and
-  :class:`EngineSynthesizer`. Prompt wavs are not used (no family clones from raw audio over the engine).
+  luna-realtime-tiny): a shipped model's family runtime (``duet.tts.load_runtime``) driven by the serving engine
+  through :class:`EngineSynthesizer`. A model that clones from a reference clip alone (``clone_from_audio``: a Gepard
+  with the voice compressor) takes each item's prompt wav as its reference; the others speak without it.
   ``--steps`` sets Luna's refinement steps (Realtime: per block).
 - ``speaker:NAME|DIR``: any model ``duet.load`` knows through its speaker (:class:`SpeakerSynthesizer`), one item
   at a time and streamed; Luna clones each item's prompt (prompt wav + transcript) here. The speaker drives the
   same family runtime as the engine, so the frames of an item are the same either way.
 
-Other systems plug in through :func:`register_synthesizer`; a serving adapter (``duet.serve.adapter.ModelAdapter``)
-becomes a synthesiser with ``EngineSynthesizer(adapter)``.
+Other systems plug in through :func:`register_synthesizer`; any family runtime (``duet.tts.runtime.FamilyRuntime``)
+becomes a synthesiser with ``EngineSynthesizer(runtime)``.
 
 Shape legend: B batch, S samples.
 """
@@ -167,42 +168,45 @@ class CodecResynthesis:
 
 
 class EngineSynthesizer:
-    """Any serving adapter (``duet.serve.adapter.ModelAdapter``) driven through the continuous-batching engine.
+    """Any family runtime (``duet.tts.runtime.FamilyRuntime``) driven through the continuous-batching engine.
 
     A batch is submitted at once and its requests run side by side, so ``ttfa_s`` is measured under that load
     (submit -> first audio chunk, stamped by the engine) and ``wall_s`` is the batch's wall time shared out by
     audio length.
-    ``ended`` is the engine's finish reason: "stop" or "bound" (the request ran into its frame bound).
+    ``ended`` is the engine's finish reason: "stop" or "bound" (the request ran into its frame bound). An item's
+    prompt wav is its reference clip where the runtime clones from one (``FamilyTraits.clone_from_audio``). The
+    engine takes the whole batch whatever its cost (no admission by cost: an evaluation waits for every item).
     """
 
     reconstructs_reference = False
 
-    def __init__(self, adapter: Any, options: SynthOptions = SynthOptions(), params: Any = None,
+    def __init__(self, runtime: Any, options: SynthOptions = SynthOptions(), params: Any = None,
                  timeout_s: float = 600.0):
         from dataclasses import replace
 
+        from duet.serve.cost import CostConfig
         from duet.serve.engine import Engine, EngineConfig
         from duet.serve.scheduler import SchedulerConfig
 
-        self.adapter = adapter
-        self.name = adapter.name
+        self.runtime = runtime
+        self.name = runtime.name
         self.batch_size = options.batch_size
         self.seed = options.seed
-        self.params = params or replace(adapter.default_params,
+        self.params = params or replace(runtime.default_params,
                                         **options.given("steps", "temperature", "top_k", "cfg_scale"))
         self.timeout_s = timeout_s
-        self.engine = Engine(adapter, EngineConfig(scheduler=SchedulerConfig(max_running=options.batch_size,
-                                                                              max_waiting=options.batch_size)))
+        scheduler = SchedulerConfig(max_running=options.batch_size, max_waiting=options.batch_size)
+        self.engine = Engine(runtime, EngineConfig(scheduler=scheduler, cost=CostConfig(headroom=None)))
 
     def _request(self, item: TestItem):
         from dataclasses import replace
 
         from duet.audio import load_audio
-        from duet.serve.adapter import SynthesisRequest
+        from duet.tts.request import SynthesisRequest
 
         reference = None
-        if item.prompt_wav is not None and self.adapter.supports_cloning:
-            reference = load_audio(item.prompt_wav, sample_rate=self.adapter.codec.sample_rate)[0]
+        if item.prompt_wav is not None and self.runtime.traits.clone_from_audio:
+            reference = load_audio(item.prompt_wav, sample_rate=self.runtime.codec.sample_rate)[0]
         params = replace(self.params, seed=item_seed(self.seed, item.utt))
         return SynthesisRequest(text=item.target_text, reference=reference, params=params)
 
@@ -210,7 +214,7 @@ class EngineSynthesizer:
         from duet.serve.errors import GenerationFailed
 
         requests = [self._request(it) for it in items]
-        bounds = [r.params.max_frames or self.adapter.frame_bound(r) for r in requests]
+        bounds = [r.params.max_frames or min(self.runtime.frame_bound(r), self.runtime.max_frames) for r in requests]
         if not self.engine.alive:
             self.engine.start()
         start = time.perf_counter()
@@ -229,7 +233,7 @@ class EngineSynthesizer:
                 raise DuetError(f"utt {item.utt!r}: no audio within {self.timeout_s} s") from err
         wall = time.perf_counter() - start
         total = sum(len(a) for a, _ in collected) or 1
-        sr = int(self.adapter.codec.sample_rate)
+        sr = int(self.runtime.codec.sample_rate)
         out = []
         for item, bound, handle, (audio, finish) in zip(items, bounds, handles, collected, strict=True):
             if finish.reason not in ("stop", "bound"):
@@ -240,7 +244,7 @@ class EngineSynthesizer:
             ttfa = None if handle.first_audio_at is None else handle.first_audio_at - handle.submitted_at
             out.append(Synthesis(audio=audio.astype(np.float32), sample_rate=sr, wall_s=wall * len(audio) / total,
                                  ttfa_s=ttfa, frames=finish.frames, frame_bound=bound, ended=finish.reason,
-                                 frame_rate=float(self.adapter.codec.frame_rate)))
+                                 frame_rate=float(self.runtime.codec.frame_rate)))
         return out
 
     def close(self) -> None:
@@ -250,9 +254,9 @@ class EngineSynthesizer:
 class SpeakerSynthesizer:
     """Any model ``duet.load`` knows (``duet.tts``: Gepard, Luna, Luna Realtime) through its speaker, one item at a
     time, streamed: time to first audio is the first chunk's arrival (Gepard: a frame; Luna: a whole sentence;
-    Luna Realtime: a block). A speaker that clones (``voice_prompt``, Luna) clones each item's prompt wav with its
-    transcript (Luna §2.5), one that clones from a clip alone (a Gepard with the voice compressor) takes the prompt
-    wav as ``voice_ref``; the others speak without it. ``wall_s`` includes encoding the prompt.
+    Luna Realtime: a block). A speaker that clones from a voice prompt (``clone_from_prompt``, Luna) clones each
+    item's prompt wav with its transcript (Luna §2.5), one that clones from a clip alone (``clone_from_audio``: a
+    Gepard with the voice compressor) takes the prompt wav as ``voice_ref``; the others speak without it. ``wall_s`` includes encoding the prompt.
     """
 
     batch_size = 1
@@ -264,8 +268,8 @@ class SpeakerSynthesizer:
         self.seed = options.seed
         # only the options given: a speaker without steps (Gepard) refuses the keyword
         self.options = options.given("steps", "cfg_scale", "temperature", "top_k")
-        self.clones = speaker.supports_cloning  # a voice prompt: the clip and its transcript (Luna)
-        self.clones_from_audio = speaker.clones_from_audio  # the clip alone (a Gepard with the voice compressor)
+        self.clone_from_prompt = speaker.clone_from_prompt  # a voice prompt: the clip and its transcript (Luna)
+        self.clone_from_audio = speaker.clone_from_audio  # the clip alone (a Gepard with the voice compressor)
 
     def synthesize(self, items: Sequence[TestItem]) -> list[Synthesis]:
         from duet.audio import load_audio
@@ -275,9 +279,9 @@ class SpeakerSynthesizer:
         for item in items:
             start = time.perf_counter()
             options = dict(self.options)
-            if item.prompt_wav is not None and (self.clones or self.clones_from_audio):
+            if item.prompt_wav is not None and (self.clone_from_prompt or self.clone_from_audio):
                 clip = load_audio(item.prompt_wav, sample_rate=sr)[0]
-                if self.clones:
+                if self.clone_from_prompt:
                     options["prompt"] = self.speaker.voice_prompt(clip, item.prompt_text)
                 else:
                     options["voice_ref"] = clip
@@ -324,19 +328,17 @@ def _codec(arg: str | None, options: SynthOptions) -> Synthesizer:
 
 
 def _mock(arg: str | None, options: SynthOptions) -> Synthesizer:
-    from duet.serve.mock import MockAdapter
+    from duet.serve.mock import MockRuntime
 
     if arg:
         raise DuetError(f"mock takes no argument, got {arg!r}")
-    return EngineSynthesizer(MockAdapter(), options)
+    return EngineSynthesizer(MockRuntime(), options)
 
 
 def _family(fam: Family) -> SynthFactory:
-    """A model of this family (default: its first shipped model) through its serving adapter
-    (``duet.serve.adapter.FamilyAdapter``)."""
+    """A model of this family (default: its first shipped model): its runtime, driven by the serving engine."""
 
     def factory(arg: str | None, options: SynthOptions) -> Synthesizer:
-        from duet.serve.adapter import FamilyAdapter
         from duet.shipped import model_type
         from duet.tts import load_runtime
 
@@ -344,7 +346,7 @@ def _family(fam: Family) -> SynthFactory:
         _, found = model_type(target)
         if found != fam.name:
             raise DuetError(f"{target} is a {found} model, not {fam.name}")
-        return EngineSynthesizer(FamilyAdapter(load_runtime(target, device=options.device)), options)
+        return EngineSynthesizer(load_runtime(target, device=options.device), options)
 
     return factory
 

@@ -4,7 +4,7 @@ Chang et al. 2022 "MaskGIT" (arXiv:2202.04200) for the cosine schedule and confi
 Gumbel noise; Ho & Salimans 2022 for classifier-free guidance. Pure functions over a ``logits_fn``; no model inside,
 so every branch is tested with fake models (``tests/luna/test_decode.py``). One step is exposed on its own
 (``cells_to_generate`` once; then per step ``guidance_rows`` -> one forward -> ``maskgit_step``, i.e. ``guide`` ->
-``unmask_step``) so the block-streaming decoder of Luna-TTS Realtime (``duet.luna.stream``) and the serving adapter
+``unmask_step``) so the block-streaming decoder of Luna-TTS Realtime (``duet.luna.stream``) and Luna's runtime
 (``duet.tts.luna.LunaRuntime``, which batches the forward passes of many requests at different steps) refine with
 exactly this logic.
 

@@ -184,6 +184,16 @@ def collect(chunks: Iterable[StreamChunk]) -> StreamResult:
     return StreamResult(torch.cat([c.codes for c in got], dim=1), audio, got[-1].end, len(got))
 
 
+@dataclass(frozen=True)
+class BlockQuery:
+    """One refinement step's input to the backbone (``KVBlockSession.query``); n_q = B_k, or 2 B_k when the step
+    also computes a just-committed block's KV; L = positions in the session's cache."""
+
+    x: torch.Tensor  # (R, n_q, D) embedded queries: [the pending clean block] + the active block
+    positions: torch.Tensor  # (R, n_q) position ids
+    allowed: torch.Tensor  # (R, 1, n_q, L + n_q) bool: the keys, [cache | queries], each query may attend to
+
+
 class KVBlockSession:
     """One request's KV-cached state on a ``LunaRealtime``: conditions (built once), then committed blocks."""
 
@@ -257,6 +267,17 @@ class KVBlockSession:
 
     @torch.no_grad()
     def step(self, block: torch.Tensor) -> RealtimeLogits:
+        q = self.query(block)
+        h = run_backbone(self.model.luna.model, q.x, cache=self._cache, position_ids=q.positions,
+                         attention_mask=additive(q.allowed, q.x.dtype))  # (R, n_q, D)
+        self._cache.crop(-self.block_size)  # the active block never stays in the cache
+        self._clean_blocks, self._pending = self._clean_blocks + (self._pending is not None), None
+        return self.model.heads(h[:, -self.block_size :])
+
+    @torch.no_grad()
+    def query(self, block: torch.Tensor) -> BlockQuery:
+        """What ``step`` feeds the backbone for ``block`` (R, B_k, Q), against the cache as it is; changes nothing.
+        ``duet.luna.stream_batch`` runs the queries of several sessions in one forward pass."""
         bk, R = self.block_size, self.num_rows
         if block.shape != (R, bk, self.num_codebooks):
             raise DuetError(f"active block must be ({R}, {bk}, {self.num_codebooks}), got {tuple(block.shape)}")
@@ -271,11 +292,18 @@ class KVBlockSession:
         first = (num_clean + 1) * bk - n_q  # frame index of the first query
         x = x + self._aligned(self._prompt_frames + first, n_q)
         positions = self._offset + first + torch.arange(n_q, device=device)[None, :]  # (R, n_q)
-        mask = additive(streaming_block_mask(self._cond_valid, num_clean, bk, n_q), x.dtype)  # (R, 1, n_q, L)
-        h = run_backbone(luna.model, x, cache=self._cache, position_ids=positions, attention_mask=mask)  # (R, n_q, D)
-        self._cache.crop(-bk)  # the active block never stays in the cache
-        self._clean_blocks, self._pending = num_clean, None
-        return self.model.heads(h[:, -bk:])
+        allowed = streaming_block_mask(self._cond_valid, num_clean, bk, n_q)  # (R, 1, n_q, L + n_q)
+        return BlockQuery(x, positions, allowed)
+
+    def absorb(self, pending: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """After a forward pass of this session's ``query`` run elsewhere (``duet.luna.stream_batch``): the pending
+        clean block's keys and values, (R, H_kv, B_k, hd) per layer, join the cache, as ``step`` leaves it. An
+        empty list when no block was pending."""
+        if (self._pending is None) != (not pending):
+            raise DuetError("absorb takes the pending block's keys and values, and only those")
+        for layer, (keys, values) in enumerate(pending):
+            self._cache.update(keys, values, layer)
+        self._clean_blocks, self._pending = self._clean_blocks + (self._pending is not None), None
 
     def commit(self, block: torch.Tensor) -> None:
         if self._pending is not None:

@@ -7,10 +7,12 @@ Several models: a request's ``model`` (an id or an alias) picks its model, whose
 it (``models.py``); ``/v1/models`` lists every name, ``/v1/audio/voices?model=`` one model's voices (default: the
 first model's), ``/health`` and ``/metrics`` cover every model. Each response is at its own model's sample rate.
 
-Request fields and the SSE event shapes are in ``schemas.py``; byte encodings in ``audio_io.py``.
+Request fields and the SSE event shapes (audio with word timestamps, SSML input, ``verify``) are in ``schemas.py``;
+byte encodings in ``audio_io.py``; word timings as the audio goes out in ``word_feed.py``.
 Every error is OpenAI's JSON shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad input, 404 unknown
 model or route, 408 body stalled, 413 body too large, 415 content type, 429 queue full (with ``Retry-After``),
-500 a failure inside the model, 503 engine down, 504 the request's time budget ran out before its first audio;
+500 a failure inside the model, 503 engine down, or overloaded: the request would not end within its time budget at
+the current load (with ``Retry-After``), 504 the request's time budget ran out before its first audio;
 a client gone before its request was read is counted as 499 (nginx's "client closed request"), not as an error.
 A JSON body must be UTF-8.
 Nothing a client sends can stop the server: the worst is a 4xx for that one request. Limits, timeouts and how a
@@ -29,6 +31,7 @@ import base64
 import json
 import logging
 import math
+import random
 import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -45,11 +48,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from duet.limits import invalid_unicode
+from duet.errors import DuetError
+from duet.limits import SEED_LIMIT, invalid_unicode
 from duet.serve import audio_io
-from duet.serve.adapter import SynthesisRequest
 from duet.serve.engine import Engine, RequestHandle
-from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, ModelNotFound, QueueFull
+from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, ModelNotFound, Overloaded, QueueFull
 from duet.serve.metrics import Metrics
 from duet.serve.models import ServedModel, ServedModels
 from duet.serve.schemas import (
@@ -57,10 +60,14 @@ from duet.serve.schemas import (
     OPENAI_VOICES,
     RESPONSE_FORMATS,
     STREAMABLE_FORMATS,
+    VERIFY_HEADER,
+    WHOLE_FORMATS,
     ServeConfig,
     SpeechRequest,
+    VerifyOptions,
     audio_delta,
     audio_done,
+    audio_timestamps,
     error_body,
     first_error,
     sse,
@@ -68,7 +75,14 @@ from duet.serve.schemas import (
 from duet.serve.text_stream import add_text_stream
 from duet.serve.web import ROUTES as WEB_ROUTES
 from duet.serve.web import add_page
+from duet.serve.word_feed import WordFeed
 from duet.text.instructions import emotion_of_instructions
+from duet.text.ssml import is_ssml, parse_ssml
+from duet.tts.captions import word_json
+from duet.tts.pace import Pace, gap_seconds, piece_pace
+from duet.tts.request import SynthesisRequest
+from duet.tts.speech import silence
+from duet.tts.verify import BestOf, PieceScore, SpeechScorer, VerifyConfig, attempts
 
 log = logging.getLogger("duet.serve")
 
@@ -149,9 +163,12 @@ class _EngineStream(StreamingResponse):
             self._on_close()
 
 
-def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeConfig()) -> FastAPI:
+def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeConfig(),
+               scorer: SpeechScorer | None = None) -> FastAPI:
     """The FastAPI app over one engine or several (one per model; the first is the default model); it starts
-    every engine's thread on startup and stops them all on shutdown."""
+    every engine's thread on startup and stops them all on shutdown. ``scorer`` hears speech back for requests
+    that ask to ``verify`` it (``duet.tts.verify``; Whisper, handed in from above this package); None refuses
+    them."""
     models = ServedModels([engines] if isinstance(engines, Engine) else engines, config.model_aliases,
                           config.max_preparing)
     metrics = Metrics([model.name for model in models])
@@ -208,8 +225,10 @@ def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeCo
     @app.get("/v1/audio/voices")
     async def voices(model: str | None = None) -> dict[str, Any]:
         served = _find_model(models, model) if model is not None else models.default
-        return {"object": "list", "model": served.name, "data": [{"id": v} for v in served.adapter.voices],
-                "cloning": served.adapter.supports_cloning, "sample_rate": served.sample_rate}
+        traits = served.runtime.traits
+        return {"object": "list", "model": served.name, "data": [{"id": v} for v in traits.voices],
+                "cloning": traits.clone_from_audio, "timestamps": traits.timings,
+                "sample_rate": served.sample_rate}
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
@@ -234,52 +253,26 @@ def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeCo
         model = _find_model(models, req.model)
         engine, sample_rate = model.engine, model.sample_rate
         synth = await _to_synthesis(req, upload, config, model)
-        budget = engine.config.time_budget_s
-        try:
-            # text preparation (and Luna's duration model) in a worker thread: /health never waits for it, and the
-            # client waits at most the engine's base time budget for it (the thread itself cannot be stopped)
-            async with asyncio.timeout(budget):
-                admission = await model.admit(synth)
-            handle = engine.submit(synth, admission)
-        except TimeoutError:
-            raise ApiError(504, f"preparing the text took longer than {budget:g} s; send a shorter input",
-                           "server_error", param="input", code="timeout") from None
-        except QueueFull as err:
-            retry = str(max(1, math.ceil(err.retry_after_s)))
-            raise ApiError(429, str(err), "rate_limit_error", code="server_busy", headers={"Retry-After": retry})
-        except InvalidRequest as err:
-            raise ApiError(400, str(err), param=err.param, code=err.code)
-        except EngineClosed as err:
-            raise ApiError(503, str(err), "server_error", code="engine_down")
-
-        metrics.stream_opened()
-        closed = False
-
-        def close() -> None:  # idempotent: the response's finally, or an early error
-            nonlocal closed
-            if closed:
-                return
-            closed = True
-            handle.cancel()
-            metrics.stream_closed()
-            info = handle.finish
-            if info is not None and info.reason in ("stop", "bound"):
-                metrics.observe_finished(model.name, info.wall_s, info.samples / sample_rate)
-
+        verify = req.verify_options
+        if verify is not None:
+            if scorer is None:
+                raise ApiError(400, "this server has no speech recogniser to verify with (duet serve needs the eval "
+                               "extra: pip install 'duet[eval]')", param="verify", code="verify_unavailable")
+            return await _verified_speech(request, req, model, synth, verify, scorer, metrics, config)
+        handle = await _submit(model, synth)
+        close = _closer(handle, model, metrics)
         chunks = handle.__aiter__()
+        whole = req.response_format in WHOLE_FORMATS
         try:
             first = await _next_chunk(chunks, request, config.disconnect_poll_s)
             if first is not None:
                 metrics.observe_ttfa(model.name, time.perf_counter() - t0)
-            if req.response_format == "flac":
+            if whole:
                 parts = [first] if first is not None else []
-                while (chunk := await _next_chunk(chunks, request, config.disconnect_poll_s)) is not None:
-                    parts.append(chunk)
+                parts += await _rest(chunks, request, config.disconnect_poll_s)
         except GenerationFailed as err:
             close()
-            if err.code == "timeout":
-                raise ApiError(504, str(err), "server_error", code="timeout")
-            raise ApiError(500, str(err), "server_error", code="generation_failed")
+            raise _failure(err) from err
         except _ClientGone:
             close()
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
@@ -288,21 +281,146 @@ def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeCo
             raise
 
         headers = {"X-Request-Id": handle.id, "X-Sample-Rate": str(sample_rate), "Cache-Control": "no-store"}
-        if req.response_format == "flac":
+        if whole:
             close()
-            assert handle.finish is not None  # the chunks ran out: the request has ended
             audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-            headers[FINISH_HEADER] = handle.finish.reason
-            return Response(audio_io.encode_flac(audio, sample_rate), media_type="audio/flac", headers=headers)
+            return await _whole_response(req.response_format, audio, handle, model, headers)
         idle = config.stream_idle_timeout_s
+        feed = WordFeed(handle, engine.runtime.codec.frame_rate)
         if req.stream_format == "sse":
-            body = _sse_body(handle, chunks, first, req.response_format, sample_rate)
+            body = _sse_body(handle, chunks, first, req.response_format, sample_rate, feed, req.timestamps)
             return _EngineStream(body, close, idle, media_type="text/event-stream", headers=headers)
-        body = _audio_body(handle, chunks, first, req.response_format, sample_rate)
+        body = _audio_body(handle, chunks, first, req.response_format, sample_rate, feed)
         return _EngineStream(body, close, idle, media_type=audio_io.MEDIA_TYPES[req.response_format],
                              headers=headers)
 
     return app
+
+
+# --- submitting and collecting -------------------------------------------------------------------------------------
+
+
+async def _submit(model: ServedModel, synth: SynthesisRequest) -> RequestHandle:
+    """Admit and submit one engine request; what the engine refuses is its HTTP error."""
+    engine = model.engine
+    budget = engine.config.time_budget_s
+    try:
+        # text preparation (and Luna's duration model) in a worker thread: /health never waits for it, and the
+        # client waits at most the engine's base time budget for it (the thread itself cannot be stopped)
+        async with asyncio.timeout(budget):
+            admission = await model.admit(synth)
+        return engine.submit(synth, admission)
+    except TimeoutError:
+        raise ApiError(504, f"preparing the text took longer than {budget:g} s; send a shorter input",
+                       "server_error", param="input", code="timeout") from None
+    except QueueFull as err:
+        retry = str(max(1, math.ceil(err.retry_after_s)))
+        raise ApiError(429, str(err), "rate_limit_error", code="server_busy", headers={"Retry-After": retry})
+    except Overloaded as err:
+        retry = str(max(1, math.ceil(err.retry_after_s)))
+        raise ApiError(503, str(err), "server_error", code="server_overloaded", headers={"Retry-After": retry})
+    except InvalidRequest as err:
+        raise ApiError(400, str(err), param=err.param, code=err.code)
+    except EngineClosed as err:
+        raise ApiError(503, str(err), "server_error", code="engine_down")
+
+
+def _failure(err: GenerationFailed) -> ApiError:
+    """A request that failed before any of its audio was sent: 504 for its time budget, else 500."""
+    if err.code == "timeout":
+        return ApiError(504, str(err), "server_error", code="timeout")
+    return ApiError(500, str(err), "server_error", code="generation_failed")
+
+
+def _closer(handle: RequestHandle, model: ServedModel, metrics: Metrics) -> Callable[[], None]:
+    """The request's close: cancel it in the engine (a no-op once it ended) and count it; idempotent (the
+    response's finally, or an early error)."""
+    metrics.stream_opened()
+    closed = False
+
+    def close() -> None:
+        nonlocal closed
+        if closed:
+            return
+        closed = True
+        handle.cancel()
+        metrics.stream_closed()
+        info = handle.finish
+        if info is not None and info.reason in ("stop", "bound"):
+            metrics.observe_finished(model.name, info.wall_s, info.samples / model.sample_rate)
+
+    return close
+
+
+async def _rest(chunks: AsyncIterator[np.ndarray], request: Request, poll_s: float) -> list[np.ndarray]:
+    """Every chunk still to come (``_next_chunk`` each)."""
+    parts = []
+    while (chunk := await _next_chunk(chunks, request, poll_s)) is not None:
+        parts.append(chunk)
+    return parts
+
+
+async def _whole_response(fmt: str, audio: np.ndarray, handle: RequestHandle, model: ServedModel,
+                          headers: dict[str, str], verified: PieceScore | None = None) -> Response:
+    """A finished request's audio as one response: ``flac`` or ``json`` (schemas module doc), or ``wav`` / ``pcm``
+    when it was verified; with an SSML pause after it appended as silence."""
+    info = handle.finish
+    assert info is not None  # the chunks ran out: the request has ended
+    rate, feed = model.sample_rate, WordFeed(handle, model.runtime.codec.frame_rate)
+    pause = handle.request.pace.after if handle.request.pace is not None else 0.0
+    if pause:
+        audio = np.concatenate([audio, silence(gap_seconds(pause, await feed.trail(info.frames), 0.0), rate)])
+    headers[FINISH_HEADER] = info.reason
+    if verified is not None:
+        headers[VERIFY_HEADER] = f"wer={verified.wer:.3f}; tries={verified.tries}; kept={verified.kept + 1}"
+    if fmt == "json":
+        words = [word_json(w) for w in await feed.rest(info.frames)] if feed.timed else None
+        body: dict[str, Any] = {"audio": base64.b64encode(audio_io.encode_wav(audio, rate)).decode("ascii"),
+                                "format": "wav", "sample_rate": rate, "duration": round(len(audio) / rate, 3),
+                                "words": words, "finish_reason": info.reason}
+        if verified is not None:
+            body["verify"] = {"wer": verified.wer, "transcript": verified.transcript, "tries": verified.tries,
+                              "kept": verified.kept + 1, "first_wer": verified.first_wer}
+        return JSONResponse(body, headers=headers)
+    if fmt == "flac":
+        return Response(audio_io.encode_flac(audio, rate), media_type="audio/flac", headers=headers)
+    data = audio_io.encode_wav(audio, rate) if fmt == "wav" else audio_io.pcm16(audio)
+    return Response(data, media_type=audio_io.MEDIA_TYPES[fmt], headers=headers)
+
+
+async def _verified_speech(request: Request, req: SpeechRequest, model: ServedModel, synth: SynthesisRequest,
+                           options: VerifyOptions, scorer: SpeechScorer, metrics: Metrics,
+                           config: ServeConfig) -> Response:
+    """``verify``: make the request, hear it back, make it again with other seeds while it scores above
+    ``max_wer`` (``duet.tts.verify``), and answer the best whole."""
+    verify = VerifyConfig(max_wer=options.max_wer, tries=options.tries)
+    seed = synth.params.seed if synth.params.seed is not None else random.SystemRandom().randrange(SEED_LIMIT)
+    best = BestOf(0, synth.text, verify)
+    kept: tuple[RequestHandle, np.ndarray] | None = None
+    for attempt, attempt_seed in attempts(synth, seed, verify):
+        handle = await _submit(model, replace(attempt, params=replace(attempt.params, seed=attempt_seed)))
+        close = _closer(handle, model, metrics)
+        try:
+            parts = await _rest(handle.__aiter__(), request, config.disconnect_poll_s)
+        except GenerationFailed as err:
+            raise _failure(err) from err
+        except _ClientGone:
+            return Response(status_code=499)
+        finally:
+            close()
+        audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        try:
+            heard = await run_in_threadpool(scorer.score, audio, model.sample_rate, synth.text)
+        except DuetError as err:  # the recogniser is missing (the eval extra), or cannot load
+            raise ApiError(400, f"cannot verify: {err}", param="verify", code="verify_unavailable") from err
+        if best.offer(heard):
+            kept = (handle, audio)
+        if best.done:
+            break
+    assert kept is not None
+    handle, audio = kept
+    headers = {"X-Request-Id": handle.id, "X-Sample-Rate": str(model.sample_rate), "Cache-Control": "no-store"}
+    return await _whole_response(req.response_format, audio, handle, model, headers, best.score())
 
 
 # --- request parsing ------------------------------------------------------------------------------------------------
@@ -409,13 +527,20 @@ def _health(models: ServedModels) -> dict[str, Any]:
 async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeConfig,
                         model: ServedModel) -> SynthesisRequest:
     """The engine request of a speech request to ``model`` (the one its ``model`` field names)."""
-    adapter = model.adapter
+    runtime = model.runtime
+    voices = runtime.traits.voices
     if req.response_format not in RESPONSE_FORMATS:
         raise ApiError(400, f"response_format {req.response_format!r} is not supported; use one of "
                        f"{', '.join(RESPONSE_FORMATS)}", param="response_format", code="unsupported_format")
     if req.stream_format == "sse" and req.response_format not in STREAMABLE_FORMATS:
         raise ApiError(400, f"stream_format 'sse' needs response_format {' or '.join(STREAMABLE_FORMATS)}",
                        param="stream_format")
+    if req.timestamps and req.stream_format != "sse" and req.response_format != "json":
+        raise ApiError(400, "timestamps come as events of stream_format 'sse', or in response_format 'json'",
+                       param="timestamps")
+    if req.verify_options is not None and req.stream_format == "sse":
+        raise ApiError(400, "verify sends the best of several makings whole: it cannot stream as 'sse'",
+                       param="verify")
     if not req.input.strip():
         raise ApiError(400, "input is empty", param="input")
     for name in ("input", "instructions"):
@@ -435,8 +560,8 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
         if req.reference_audio is not None:
             upload = audio_io.decode_base64_audio(req.reference_audio, config.max_reference_bytes)
         if upload is not None:
-            if not adapter.supports_cloning:
-                raise InvalidRequest(f"model {adapter.name} does not support voice cloning", param="reference_audio",
+            if not runtime.traits.clone_from_audio:
+                raise InvalidRequest(f"model {model.name} does not support voice cloning", param="reference_audio",
                                      code="cloning_unsupported")
             reference = await run_in_threadpool(
                 audio_io.decode_reference, upload, model.sample_rate, config.max_reference_bytes,
@@ -444,19 +569,38 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
     except InvalidRequest as err:
         raise ApiError(400, str(err), param=err.param, code=err.code) from err
     voice = req.voice_name
-    if voice in OPENAI_VOICES and voice not in adapter.voices:
+    if voice in OPENAI_VOICES and voice not in voices:
         voice = None  # an OpenAI client's voice name: this model's default voice (schemas module doc)
     if reference is None and voice is None:
-        if not adapter.voices:
+        if not voices:
             raise ApiError(400, "voice is required", param="voice")
-        voice = adapter.voices[0]
+        voice = voices[0]
     try:
         emotion = emotion_of_instructions(req.instructions)  # the schemas module doc's rule
     except InvalidRequest as err:
         raise ApiError(400, str(err), param=err.param, code=err.code) from err
+    text, pace = _read_input(req, runtime.traits.timings)
     given = {name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None}
-    return SynthesisRequest(text=req.input, voice=voice, emotion=emotion, speed=req.speed,
-                            reference=reference, params=replace(adapter.default_params, **given))
+    return SynthesisRequest(text=text, voice=voice, emotion=emotion, speed=req.speed, reference=reference,
+                            params=replace(runtime.default_params, **given), pace=pace)
+
+
+def _read_input(req: SpeechRequest, timed: bool) -> tuple[str, Pace | None]:
+    """The text to speak and its SSML marks (an input that starts with <speak>, schemas module doc); whether the
+    model can give the ``timestamps`` asked for (``timed``: it has word timings)."""
+    if req.timestamps and not timed:
+        raise ApiError(400, "this model has no word timings (its frames follow no layout of its text: it has no "
+                       "aligned text input)", param="timestamps", code="timestamps_unsupported")
+    if not is_ssml(req.input):
+        return req.input, None
+    try:
+        marked = parse_ssml(req.input)
+    except InvalidRequest as err:  # an SsmlError: its message names the position
+        raise ApiError(400, str(err), param=err.param, code=err.code) from err
+    if not marked.text.strip():
+        raise ApiError(400, "the SSML input has no text to speak", param="input", code="invalid_ssml")
+    piece = piece_pace(marked, marked.text, 0, first=True, last=True)
+    return piece.text, piece.pace
 
 
 # --- response bodies ------------------------------------------------------------------------------------------------
@@ -481,7 +625,7 @@ async def _next_chunk(chunks: AsyncIterator[np.ndarray], request: Request, poll_
 
 
 async def _audio_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
-                      sample_rate: int) -> AsyncIterator[bytes]:
+                      sample_rate: int, feed: WordFeed) -> AsyncIterator[bytes]:
     """Raw audio as it is made. Its headers have left, so how the generation ended shows in how the transfer ends
     (``schemas.py``): cleanly for ``stop`` or a bound the client set, cut for a failure or a text cut short."""
     if fmt == "wav":
@@ -498,28 +642,56 @@ async def _audio_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], 
     if info is not None and info.reason == "bound" and handle.request.params.max_frames is None:
         log.warning("request %s reached its frame bound before its text ended; its transfer is cut", handle.id)
         raise _CutStream()
+    if info is not None and (pause := await _pause_after(handle, feed, info.frames, sample_rate)).size:
+        yield audio_io.pcm16(pause)
+
+
+async def _pause_after(handle: RequestHandle, feed: WordFeed, frames: int, sample_rate: int) -> np.ndarray:
+    """The silence of an SSML pause after the request's last word (``duet.tts.pace``; empty without one)."""
+    pace = handle.request.pace
+    if pace is None or not pace.after:
+        return np.zeros(0, np.float32)
+    return silence(gap_seconds(pace.after, await feed.trail(frames), 0.0), sample_rate)
 
 
 async def _sse_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
-                    sample_rate: int) -> AsyncIterator[bytes]:
+                    sample_rate: int, feed: WordFeed, timestamps: bool) -> AsyncIterator[bytes]:
+    """Audio deltas; with ``timestamps``, a timestamps event after each delta that completes words (schemas module
+    doc), the rest before the closing event."""
     def delta(data: bytes) -> bytes:
         return sse(audio_delta(base64.b64encode(data).decode("ascii")))
 
+    async def stamps(words) -> AsyncIterator[bytes]:
+        if timestamps and words:
+            yield sse(audio_timestamps([word_json(w) for w in words]))
+
     head = audio_io.wav_stream_header(sample_rate) if fmt == "wav" else b""
-    if first is not None:
-        yield delta(head + audio_io.pcm16(first))
-        head = b""
+    sent = 0  # samples
     try:
-        async for chunk in chunks:
-            yield delta(audio_io.pcm16(chunk))
+        async for chunk in _chained(first, chunks):
+            yield delta(head + audio_io.pcm16(chunk))
+            head = b""
+            sent += len(chunk)
+            async for event in stamps(await feed.ready(sent / sample_rate) if timestamps else ()):
+                yield event
     except GenerationFailed as err:
         log.warning("request %s failed mid-stream: %s", handle.id, err)
         code = "timeout" if err.code == "timeout" else "generation_failed"
         yield sse({"type": "error", **error_body(str(err), "server_error", code=code)})
         return
-    if head:
-        yield delta(head)
     info = handle.finish
     assert info is not None
+    pause = await _pause_after(handle, feed, info.frames, sample_rate)
+    if head or pause.size:
+        yield delta(head + audio_io.pcm16(pause))
+    async for event in stamps(await feed.rest(info.frames) if timestamps else ()):
+        yield event
     yield sse(audio_done(info.prompt_positions, info.frames, finish_reason=info.reason, sample_rate=sample_rate,
-                         audio_seconds=info.samples / sample_rate))
+                         audio_seconds=(info.samples + pause.size) / sample_rate))
+
+
+async def _chained(first: np.ndarray | None, chunks: AsyncIterator[np.ndarray]) -> AsyncIterator[np.ndarray]:
+    if first is not None:
+        yield first
+    async for chunk in chunks:
+        yield chunk

@@ -39,6 +39,14 @@ def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> by
             + b"data" + struct.pack("<I", UNKNOWN_SIZE))
 
 
+def encode_wav(audio: np.ndarray, sample_rate: int) -> bytes:
+    """(S,) float -> a whole 16-bit mono WAV file (its sizes in the header, unlike the streamed one)."""
+    data = pcm16(audio)
+    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+            + b"data" + struct.pack("<I", len(data)) + data)
+
+
 def encode_flac(audio: np.ndarray, sample_rate: int) -> bytes:
     """(S,) float -> FLAC bytes. An utterance with no audio (the model stopped at once) is one silent sample: a FLAC
     stream cannot say "zero samples" (0 in its header means "unknown"), and no samples at all write no file."""

@@ -1,4 +1,4 @@
-"""``duet serve``: build one adapter and one engine per model and the HTTP app over them from flags, then run
+"""``duet serve``: build one runtime and one engine per model and the HTTP app over them from flags, then run
 uvicorn.
 
 A model is named as ``duet speak`` names one: a shipped model name or a checkpoint directory, whose ``config.json``
@@ -70,7 +70,15 @@ def register(subparsers) -> None:
                    help="run with MALLOC_ARENA_MAX=N so resident memory stays flat (the process restarts itself "
                         "once to set it; 0: leave it alone; an explicit MALLOC_ARENA_MAX wins)")
     p.add_argument("--engine-threads", type=int, default=1,
-                   help="torch threads of each model's engine thread (0: torch's default; 1 is fastest on small CPUs)")
+                   help="torch threads of each model's engine thread and of its codec thread, each (0: the "
+                   "server's own; 1 is fastest on small CPUs)")
+    p.add_argument("--wide-step-threads", type=int, default=0,
+                   help="torch threads of the engine thread for a step of at least --wide-step-positions positions "
+                   "(Luna's grids, several Luna Realtime blocks: compute-bound passes; 0: --engine-threads for "
+                   "every step)")
+    p.add_argument("--wide-step-positions", type=int, default=256,
+                   help="positions from which a step is wide (a request's share: Gepard 1, 2 with CFG; "
+                   "luna-realtime-tiny 56; Luna its text and grid, twice with CFG)")
     p.add_argument("--retry-after", type=float, default=1.0, help="seconds a refused client is told to wait")
     p.add_argument("--max-input-chars", type=int, default=4096)
     p.add_argument("--max-body-mib", type=float, default=16.0)
@@ -89,6 +97,10 @@ def register(subparsers) -> None:
                    "--time-budget-per-audio; past its budget a request ends (504 before its first audio)")
     p.add_argument("--time-budget-per-audio", type=float, default=10.0,
                    help="more wall-clock seconds per second of audio a request may make (its frame bound)")
+    p.add_argument("--cost-headroom", type=float, default=0.8,
+                   help="admission by cost: a request estimated (its steps x the measured cost of a step at the "
+                   "current load) to end past this share of its time budget is refused at once with a 503 and "
+                   "Retry-After; 0: off")
     p.add_argument("--text-stream-idle-timeout", type=float, default=30.0,
                    help="seconds a /v1/audio/speech/stream session may wait for its client's next message")
     p.add_argument("--text-stream-max-chars", type=int, default=20_000,
@@ -169,14 +181,14 @@ def model_aliases(values: Sequence[str], ids: Sequence[str]) -> tuple[tuple[str,
     return tuple(pairs)
 
 
-def build_adapters(args: argparse.Namespace) -> list:
-    """The adapter of every requested model, in order; every name is checked before the first model loads."""
+def build_runtimes(args: argparse.Namespace) -> list:
+    """The runtime of every requested model, in order; every name is checked before the first model loads."""
     served = [served_model(name, args.checkpoint, args.engine) for name in requested_models(args)]
     return [_load(args, family, target) for family, target in served]
 
 
-def build_adapter(args: argparse.Namespace):
-    """The adapter of the one model ``--model`` / ``--checkpoint`` name."""
+def build_runtime(args: argparse.Namespace):
+    """The runtime of the one model ``--model`` / ``--checkpoint`` name."""
     return _load(args, *served_model(args.model or DEFAULT_MODEL, args.checkpoint, args.engine))
 
 
@@ -184,24 +196,25 @@ def _load(args: argparse.Namespace, family: str, target: str | None):
     if args.engine == "vllm":
         if family != "gepard":
             raise DuetError(f"--engine vllm serves Gepard models; {target or family} is {family}")
-        from duet.serve.vllm.engine import VLLMConfig, load_vllm_adapter
+        from duet.serve.vllm.engine import VLLMConfig, load_vllm_runtime
 
         config = VLLMConfig(max_num_seqs=args.max_batch, dtype=args.vllm_dtype, kv_cache_gib=args.vllm_kv_cache_gib,
                             kv_budget_bytes=int(args.cache_budget_mib * 1024**2),
                             gpu_memory_utilization=args.vllm_gpu_memory_utilization)
-        return load_vllm_adapter(target, codec=args.codec, config=config)
+        return load_vllm_runtime(target, codec=args.codec, config=config)
     if family == MOCK:
-        from duet.serve.mock import MockAdapter
+        from duet.serve.mock import MockRuntime
 
-        return MockAdapter()
-    from duet.serve.adapter import load_adapter
+        return MockRuntime()
+    from duet.tts import load_runtime
 
-    return load_adapter(target, codec=args.codec)
+    return load_runtime(target, codec=args.codec)
 
 
 def build_app(args: argparse.Namespace):
     """The FastAPI app over one engine per requested model, all with the flags' limits."""
     from duet.serve.api import create_app
+    from duet.serve.cost import CostConfig
     from duet.serve.engine import Engine, EngineConfig
     from duet.serve.scheduler import SchedulerConfig
     from duet.serve.schemas import ServeConfig, TextStreamConfig
@@ -210,9 +223,12 @@ def build_app(args: argparse.Namespace):
                                 cache_budget_bytes=int(args.cache_budget_mib * 1024**2), retry_after_s=args.retry_after)
     engine_config = EngineConfig(scheduler=scheduler, chunk_frames=args.chunk_frames,
                                  max_chunk_frames=args.max_chunk_frames, torch_threads=args.engine_threads or None,
-                                 time_budget_s=args.time_budget, time_budget_per_audio_s=args.time_budget_per_audio)
-    engines = [Engine(adapter, engine_config) for adapter in build_adapters(args)]
-    aliases = model_aliases(args.model_alias, [engine.adapter.name for engine in engines])
+                                 time_budget_s=args.time_budget, time_budget_per_audio_s=args.time_budget_per_audio,
+                                 cost=CostConfig(headroom=args.cost_headroom or None),
+                                 wide_step_threads=args.wide_step_threads or None,
+                                 wide_step_positions=args.wide_step_positions)
+    engines = [Engine(runtime, engine_config) for runtime in build_runtimes(args)]
+    aliases = model_aliases(args.model_alias, [engine.name for engine in engines])
     config = ServeConfig(max_input_chars=args.max_input_chars, max_body_bytes=int(args.max_body_mib * 1024**2),
                          max_reference_seconds=args.max_reference_seconds, model_aliases=aliases,
                          header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
@@ -221,7 +237,8 @@ def build_app(args: argparse.Namespace):
                          text_stream=TextStreamConfig(idle_timeout_s=args.text_stream_idle_timeout,
                                                       max_session_chars=args.text_stream_max_chars,
                                                       max_session_s=args.text_stream_max_seconds))
-    return create_app(engines, config)
+    make_scorer = getattr(args, "verify_scorer", None)  # Whisper, handed in by the duet command (duet.cli)
+    return create_app(engines, config, scorer=make_scorer() if make_scorer is not None else None)
 
 
 def run_serve(args: argparse.Namespace) -> int:

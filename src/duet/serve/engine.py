@@ -1,26 +1,36 @@
-"""The serving engine: one background thread running continuous batching over a model adapter.
+"""The serving engine: continuous batching over a model's family runtime on one thread, its codec on another.
 
-Every iteration of the engine thread (one *step*):
-1. drops cancelled requests (their slot, cache reservation and adapter state are freed here);
+The engine drives a ``duet.tts.runtime.FamilyRuntime`` (Gepard, Luna, Luna Realtime, Gepard on vLLM, the mock: one
+contract): it checks a request (``check_request``), bounds it (``min(runtime.frame_bound(request),
+runtime.max_frames)`` unless it sets ``max_frames``), prefills it once and steps every running request until
+``duet.tts.runtime.settle`` says it ended, then releases it. Every iteration of the engine thread (one *step*):
+1. drops cancelled requests (their slot, cache reservation and runtime state are freed here);
 2. admits queued requests while slots and the cache budget allow (``scheduler.py``) and prefills them;
-3. advances every running request by one step through the adapter (``adapter.py``), so requests join and
-   leave the batch at any step, each with its own sampling parameters, seed, cache and length bound;
-4. hands the new frames of each request to its own codec stream decoder and the audio to its consumer; the
-   stream decoders of one step share batched codec calls (``duet.codecs.streaming.push_many``).
+3. advances every running request by one step (``runtime.step``), so requests join and leave the batch at any step,
+   each with its own sampling parameters, seed, cache and length bound;
+4. hands each request's new frames, once they make a chunk, to the codec thread (``decode_worker.py``), which decodes
+   them with the request's own stream decoder, batched across requests, and hands the audio to its consumer while
+   the engine thread goes on with the next step.
+
+Chunks: a request's frames go to its decoder ``chunk_frames`` at a time until its decoder gives audio (after the
+codec's look-ahead, ``decode_worker.lookahead_frames``), then in chunks that double up to ``max_chunk_frames``. The
+sizes follow from frame counts alone, never from timing, so the audio of a seed does not depend on the load.
 
 A request ends with one of four reasons: ``stop`` (the model's stop probability exceeded the request's
-threshold, or a non-AR adapter said ``final``), ``bound`` (its ``max_frames`` was reached), ``cancelled``
+threshold, or a non-AR runtime said ``final``), ``bound`` (its ``max_frames`` was reached), ``cancelled``
 (the consumer called ``cancel`` or dropped its iterator, e.g. an HTTP client disconnected) and ``error``
-(the adapter or codec raised, or the request ran past its time budget; the engine fails the affected requests
-and keeps serving).
+(the runtime or the codec raised, or the request ran past its time budget; the engine fails the affected requests
+and keeps serving). Its end reaches the consumer after its last audio.
 
 Time budget: a request may take ``time_budget_s`` + ``time_budget_per_audio_s`` x the seconds of audio its frame
 bound allows, from submission (queueing included), so a slow client of the batch, an overloaded server or a model
 that refines too long cannot hold a slot for ever; past it the request ends as ``error`` with code ``timeout``.
+Admission control (``cost.py``) keeps that from happening under load: ``submit`` estimates when a request would end
+at the measured cost of a step and refuses one that would not end within its budget (``Overloaded``).
 
 Consumers get a :class:`RequestHandle`: an async iterator of audio chunks (mono float32 numpy arrays at the
-codec's sample rate) for asyncio code, or ``collect()`` for blocking code. Model and codec calls happen on the
-engine thread only; ``submit`` and ``cancel`` are safe from any thread.
+codec's sample rate) for asyncio code, or ``collect()`` for blocking code. Model calls happen on the engine thread
+only, codec calls on the codec thread only; ``submit`` and ``cancel`` are safe from any thread.
 """
 
 from __future__ import annotations
@@ -38,14 +48,16 @@ from typing import Any, AsyncIterator, Iterator
 import numpy as np
 import torch
 
-from duet.codecs.streaming import push_many
 from duet.errors import DuetError
 from duet.finish import REASONS
-from duet.serve.adapter import ModelAdapter, StepOutput, SynthesisRequest
-from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest
+from duet.serve.cost import CostConfig, StepClock, finish_in
+from duet.serve.decode_worker import DecodeWorker, lookahead_frames
+from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, Overloaded
 from duet.serve.kv_budget import reservation_bytes
 from duet.serve.scheduler import Scheduler, SchedulerConfig
-from duet.tts.runtime import settle
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import FamilyRuntime, StepCost, StepOutput, check_request, settle
+from duet.tts.timestamps import TextLayout
 
 log = logging.getLogger("duet.serve")
 
@@ -62,13 +74,23 @@ class EngineConfig:
     # by the time the first 16-frame chunk is due.
     chunk_frames: int = 1
     max_chunk_frames: int = 16
-    # torch intra-op threads of the engine thread (None: torch's default). On CPU, 1 is often fastest: measured
-    # on 2 cores, a gepard-tiny step from a non-main thread took 9.3 ms with 2 threads and 4.4 ms with 1.
+    # torch intra-op threads of the engine thread and of the codec thread, each (None: as many as the thread that
+    # starts the engine has; a thread left at torch's default after the main thread lowered its own ran tiny ops
+    # 30x slower). On CPU, 1 is often fastest: measured on 2 cores, a gepard-tiny step from a non-main thread took
+    # 9.3 ms with 2 threads and 4.4 ms with 1; with 1 each, the model and the codec each have a core of 2.
     torch_threads: int | None = None
     # Wall-clock budget of one request (module doc): generous for one stream (gepard-tiny makes audio several
     # times faster than real time on one core), short of for ever for a stuck one.
     time_budget_s: float = 60.0
     time_budget_per_audio_s: float = 10.0
+    # A step that runs at least ``wide_step_positions`` positions (Luna's grids, several Realtime blocks) uses
+    # ``wide_step_threads`` torch threads on the engine thread: such passes are compute-bound matmuls that split
+    # across cores, and those families' codec thread is mostly idle. Smaller steps (Gepard's one position a row, with
+    # the codec busy beside it) keep ``torch_threads``. None: every step keeps ``torch_threads``.
+    wide_step_threads: int | None = None
+    wide_step_positions: int = 256
+    cost: CostConfig = CostConfig()  # admission by estimated cost (cost.py)
+    decode_backlog: int = 256  # chunks queued for the codec thread before the engine thread waits for it
 
     def __post_init__(self) -> None:
         if not (self.time_budget_s > 0 and self.time_budget_per_audio_s >= 0):
@@ -79,6 +101,10 @@ class EngineConfig:
                              f"{self.max_chunk_frames}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise DuetError(f"torch_threads must be >= 1, got {self.torch_threads}")
+        if self.decode_backlog < 1:
+            raise DuetError(f"decode_backlog must be >= 1, got {self.decode_backlog}")
+        if self.wide_step_threads is not None and self.wide_step_threads < 1:
+            raise DuetError(f"wide_step_threads must be >= 1 or None, got {self.wide_step_threads}")
 
 
 @dataclass(frozen=True)
@@ -142,12 +168,14 @@ class _Outbox:
 
 @dataclass(frozen=True)
 class Admission:
-    """A request checked for admission (``Engine.admit``): its frame bound, prompt positions and cache bytes."""
+    """A request checked for admission (``Engine.admit``): its frame bound, prompt positions, cache bytes and what
+    its steps cost (``FamilyRuntime.step_cost``)."""
 
     request: SynthesisRequest
     max_frames: int
     prompt_positions: int
     cache_bytes: int
+    cost: StepCost
 
 
 class RequestHandle:
@@ -162,6 +190,8 @@ class RequestHandle:
         self.submitted_at = time.perf_counter()
         self.first_audio_at: float | None = None
         self.finish: FinishInfo | None = None
+        # how the request's text lies over its frames (StepOutput.layout: aligned models), from its first step
+        self.layout: TextLayout | None = None
         self._engine = engine
         self._outbox = _Outbox(loop)
         self._slot: _Slot | None = None
@@ -208,48 +238,63 @@ class RequestHandle:
         return audio, self.finish
 
 
-@dataclass(eq=False)  # identity semantics: the scheduler looks slots up with `in`
+@dataclass(eq=False)  # identity semantics: the scheduler looks slots up with `in`, the codec thread keys streams
 class _Slot:
     handle: RequestHandle
     max_frames: int
     cache_bytes: int
     deadline: float  # perf_counter time its budget runs out
+    steps_left: int  # steps it may still take (cost.py)
+    positions: int  # positions the model runs for it in a step (cost.py)
+    chunk: int  # frames the next chunk waits for (module doc: grows once its decoder gives audio)
     state: Any = None
-    decoder: Any = None
-    frames: int = 0
-    samples: int = 0
-    pending: list[torch.Tensor] = field(default_factory=list)  # (K, t) codes not yet decoded
-    chunk: int = 1  # frames the next chunk waits for (EngineConfig: grows after each chunk of audio)
-    done: bool = False
+    frames: int = 0  # frames settled
+    pushed: int = 0  # frames handed to the codec thread
+    pending: list[torch.Tensor] = field(default_factory=list)  # (K, t) codes not yet handed over
+    done: bool = False  # closed on the engine thread (its end may still be on its way through the codec thread)
+    ending: tuple[str, str | None, str | None] = ("cancelled", None, None)  # (reason, error, code) once done
+    samples: int = 0  # audio samples delivered (codec thread)
 
 
 class Engine:
-    def __init__(self, adapter: ModelAdapter, config: EngineConfig = EngineConfig()):
-        self.adapter = adapter
+    def __init__(self, runtime: FamilyRuntime, config: EngineConfig = EngineConfig()):
+        self.runtime = runtime
         self.config = config
         self._scheduler: Scheduler[_Slot] = Scheduler(config.scheduler)
         self._cond = threading.Condition()
         self._cancels: list[_Slot] = []
+        self._codec_failures: list[tuple[_Slot, str]] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._steps = 0
         self._frames = 0
         self._finished: Counter[str] = Counter()
+        self._clock = StepClock(config.cost.smoothing)  # guarded by _cond
+        self._lookahead = lookahead_frames(runtime.codec.stream_decoder())
+        self._codec = DecodeWorker(runtime.codec, self._deliver, self._finish, self._codec_failed,
+                                   max_backlog=config.decode_backlog)
+        self._torch_threads = 0  # each thread's torch threads, set by start (EngineConfig.torch_threads)
+
+    @property
+    def name(self) -> str:
+        return self.runtime.name
 
     @property
     def sample_rate(self) -> int:
-        return self.adapter.codec.sample_rate
+        return self.runtime.codec.sample_rate
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
     def start(self) -> "Engine":
         if self._thread is None:
+            self._torch_threads = self.config.torch_threads or torch.get_num_threads()
+            self._codec.start(self._torch_threads)
             self._thread = threading.Thread(target=self._run, name="duet-engine", daemon=True)
             self._thread.start()
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the thread; requests still queued or running end as ``cancelled``."""
+        """Stop the threads; requests still queued or running end as ``cancelled``."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -272,47 +317,64 @@ class Engine:
         """What a request will cost, checked before it is queued: text preparation (number expansion, phonemes, a
         duration model) runs here, so a server calls it from a worker thread, off its event loop. Raises
         InvalidRequest for a request that can never run."""
-        self.adapter.validate(request)
-        cap = self.adapter.max_frames
-        max_frames = request.params.max_frames or self.adapter.frame_bound(request)
+        runtime = self.runtime
+        check_request(request, runtime)
+        cap = runtime.max_frames
+        max_frames = request.params.max_frames or min(runtime.frame_bound(request), cap)
         if max_frames > cap:
             raise InvalidRequest(f"max_frames {max_frames} exceeds this model's bound of {cap}", param="max_frames")
-        prompt = self.adapter.prompt_positions(request)
-        nbytes = reservation_bytes(prompt, max_frames, self.adapter.cache_bytes_per_position)
+        prompt = runtime.prompt_positions(request)
+        nbytes = reservation_bytes(prompt, max_frames, runtime.cache_bytes_per_position)
         total = self._scheduler.budget.total_bytes
         if nbytes > total:
             raise InvalidRequest(
                 f"this request needs {nbytes} bytes of KV cache ({prompt} prompt positions + {max_frames} frames) "
                 f"but the server's whole cache budget is {total}; shorten the input or lower max_frames",
                 param="input", code="context_length_exceeded")
-        return Admission(request, max_frames, prompt, nbytes)
+        return Admission(request, max_frames, prompt, nbytes, runtime.step_cost(request, max_frames))
 
     def submit(self, request: SynthesisRequest, admission: Admission | None = None) -> RequestHandle:
         """Queue a request (``admission``: its :meth:`admit`, if already made). Raises InvalidRequest (cannot ever
-        run), QueueFull (busy) or EngineClosed."""
+        run), Overloaded (would not end within its time budget at the current load), QueueFull (busy) or
+        EngineClosed."""
         if admission is None or admission.request is not request:
             admission = self.admit(request)
-        max_frames, prompt, nbytes = admission.max_frames, admission.prompt_positions, admission.cache_bytes
         seed = request.params.seed if request.params.seed is not None else random.SystemRandom().randrange(2**62)
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        handle = RequestHandle(self, request, seed, prompt, loop)
-        budget = self.time_budget(max_frames)
-        slot = _Slot(handle=handle, max_frames=max_frames, cache_bytes=nbytes, deadline=handle.submitted_at + budget,
-                     chunk=self.config.chunk_frames)
+        handle = RequestHandle(self, request, seed, admission.prompt_positions, loop)
+        budget = self.time_budget(admission.max_frames)
+        slot = _Slot(handle=handle, max_frames=admission.max_frames, cache_bytes=admission.cache_bytes,
+                     deadline=handle.submitted_at + budget, steps_left=admission.cost.steps,
+                     positions=admission.cost.positions, chunk=self.config.chunk_frames)
         handle._slot = slot
         with self._cond:
             if not self.alive:
                 raise EngineClosed("the engine is not running")
+            self._check_load(slot, budget)  # may raise Overloaded
             self._scheduler.enqueue(slot)  # may raise QueueFull
             self._cond.notify_all()
         return handle
 
+    def _check_load(self, slot: _Slot, budget: float) -> None:
+        """Refuse a request estimated to end past ``headroom`` x its budget at the measured cost of a step (cost.py).
+        Called under the lock."""
+        headroom = self.config.cost.headroom
+        if headroom is None:
+            return
+        running = [StepCost(s.steps_left, s.positions) for s in self._scheduler.running]
+        waiting = [StepCost(s.steps_left, s.positions) for s in self._scheduler.waiting]
+        eta = finish_in(running, waiting, StepCost(slot.steps_left, slot.positions),
+                        self.config.scheduler.max_running, self._clock)
+        if eta is not None and eta > headroom * budget:
+            raise Overloaded(f"server overloaded: at the current load this request would take about {eta:.1f} s, "
+                             f"past its time budget of {budget:.1f} s; retry later", eta - headroom * budget)
+
     def time_budget(self, max_frames: int) -> float:
         """Seconds a request of this frame bound may take from submission to its end (module doc)."""
-        audio_s = max_frames / self.adapter.codec.frame_rate
+        audio_s = max_frames / self.runtime.codec.frame_rate
         return self.config.time_budget_s + self.config.time_budget_per_audio_s * audio_s
 
     def _request_cancel(self, handle: RequestHandle) -> None:
@@ -335,22 +397,26 @@ class Engine:
     # --- the engine thread -------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        if self.config.torch_threads is not None:
-            torch.set_num_threads(self.config.torch_threads)
+        torch.set_num_threads(self._torch_threads)
+        threads = self._torch_threads
         while True:
             with self._cond:
-                while not (self._stopping or self._cancels or self._scheduler.running or self._scheduler.waiting):
+                while not (self._stopping or self._cancels or self._codec_failures or self._scheduler.running
+                           or self._scheduler.waiting):
                     self._cond.wait()
                 if self._stopping:
                     leftovers = list(self._scheduler.running) + list(self._scheduler.waiting)
                     break
                 cancels, self._cancels = self._cancels, []
+                failures, self._codec_failures = self._codec_failures, []
                 now = time.perf_counter()
                 late = [s for s in (*self._scheduler.running, *self._scheduler.waiting) if now > s.deadline]
             running: list[_Slot] = []
             try:
                 for slot in cancels:
                     self._close(slot, "cancelled")
+                for slot, error in failures:
+                    self._close(slot, "error", f"codec decode failed: {error}")
                 for slot in late:
                     budget = slot.deadline - slot.handle.submitted_at
                     log.warning("request %s ran past its time budget of %.0f s", slot.handle.id, budget)
@@ -358,43 +424,59 @@ class Engine:
                 with self._cond:
                     admitted = self._scheduler.admit()
                     running = list(self._scheduler.running)
+                admitted = [s for s in admitted if not s.done]
                 if admitted:
-                    self._prefill([s for s in admitted if not s.done])
+                    start = time.perf_counter()
+                    self._prefill(admitted)
+                    with self._cond:
+                        self._clock.record_prefill(len(admitted), time.perf_counter() - start)
                 active = [s for s in running if not s.done and s.state is not None]
                 if active:
+                    positions = sum(s.positions for s in active)
+                    wanted = self._step_threads(positions)
+                    if wanted != threads:
+                        torch.set_num_threads(wanted)
+                        threads = wanted
+                    start = time.perf_counter()
                     self._step(active)
+                    with self._cond:
+                        self._clock.record_step(positions, time.perf_counter() - start)
             except Exception:  # a bug in the engine itself: fail what is running, keep the thread alive
                 log.exception("engine step failed")
                 for slot in running:
                     self._close(slot, "error", "internal engine error")
         for slot in leftovers:
             self._close(slot, "cancelled")
+        self._codec.stop()  # after every request's end is queued: they all reach their consumers
+
+    def _step_threads(self, positions: int) -> int:
+        """Torch threads for a step running ``positions`` positions (EngineConfig: wide steps)."""
+        wide = self.config.wide_step_threads
+        return wide if wide is not None and positions >= self.config.wide_step_positions else self._torch_threads
 
     def _prefill(self, slots: list[_Slot]) -> None:
-        if not slots:
-            return
-        states, slots = self._isolated(slots, lambda group: self.adapter.prefill(
+        states, slots = self._isolated(slots, lambda group: self.runtime.prefill(
             [s.handle.request for s in group], [s.handle.seed for s in group]), "prefill")
         for slot, state in zip(slots, states):
             slot.state = state
-            slot.decoder = self.adapter.codec.stream_decoder()
 
     def _step(self, slots: list[_Slot]) -> None:
-        outs, slots = self._isolated(slots, lambda group: self.adapter.step([s.state for s in group]), "decode step")
+        outs, slots = self._isolated(slots, lambda group: self.runtime.step([s.state for s in group]), "decode step")
         if not slots:
             return
         self._steps += 1
-        verdicts = [(slot, self._advance(slot, out)) for slot, out in zip(slots, outs)]
-        decode = [(slot, verdict) for slot, verdict in verdicts if verdict is not None]
-        if decode:
-            self._emit_many([slot for slot, _ in decode], [verdict != "chunk" for _, verdict in decode])
-        for slot, verdict in decode:
-            if verdict in ("stop", "bound"):
-                self._close(slot, verdict)  # its audio went out above, flushed
+        for slot, out in zip(slots, outs):
+            slot.steps_left -= 1
+            verdict = self._advance(slot, out)
+            if verdict == "chunk":
+                self._push(slot, flush=False)
+            elif verdict in ("stop", "bound"):
+                self._push(slot, flush=True)  # its last frames, then its end
+                self._close(slot, verdict)
 
     def _isolated(self, slots: list[_Slot], call, what: str) -> tuple[list, list[_Slot]]:
         """``call(slots)`` for the batch; if it raises, once per slot alone, so that one request's failure ends
-        that request only (adapters leave their states untouched when they raise, and a request's output does
+        that request only (runtimes leave their states untouched when they raise, and a request's output does
         not depend on its batch, so the others go on exactly as they would have). -> (outputs, their slots)."""
         try:
             return call(slots), slots
@@ -421,6 +503,8 @@ class Engine:
             log.error("request %s failed: %s", slot.handle.id, out.error)
             self._close(slot, "error", out.error)
             return None
+        if out.layout is not None and slot.handle.layout is None:
+            slot.handle.layout = out.layout  # set before any of its audio reaches the consumer
         codes, end = settle(out, slot.frames, slot.max_frames, slot.handle.request.params.stop_threshold)  # (K, t)
         if codes.shape[-1]:
             slot.pending.append(codes)
@@ -430,42 +514,23 @@ class Engine:
             return end
         return "chunk" if sum(c.shape[-1] for c in slot.pending) >= slot.chunk else None
 
-    def _emit_many(self, slots: list[_Slot], final: list[bool]) -> None:
-        """Decode the pending frames of these slots (and flush the stream decoders of the ``final`` ones) with
-        batched codec calls (``push_many``) and hand the audio out. A codec error fails every slot of the call
-        (their decoders' states are no longer known)."""
-        chunks = [self._take_pending(slot) for slot in slots]  # (1, K, t) each
-        try:
-            audios = push_many([slot.decoder for slot in slots], chunks, final)  # (1, s) each
-        except Exception as err:
-            log.exception("codec decode failed")
-            for slot in slots:
-                slot.decoder = None  # nothing more to flush
-                self._close(slot, "error", f"codec decode failed: {err}")
-            return
-        for slot, audio, end in zip(slots, audios, final):
-            self._deliver(slot, audio)
-            if end:
-                slot.decoder = None  # flushed
-
-    def _take_pending(self, slot: _Slot) -> torch.Tensor:
-        if not slot.pending:
-            return torch.zeros((1, len(self.adapter.codec.codebook_sizes), 0), dtype=torch.long)
-        codes = torch.cat(slot.pending, dim=-1)[None]  # (1, K, t)
+    def _push(self, slot: _Slot, flush: bool) -> None:
+        """Hand the slot's pending frames to the codec thread (``flush``: they are its last); the next chunk doubles
+        once its decoder gives audio (module doc)."""
+        if slot.pending:
+            codes = torch.cat(slot.pending, dim=-1)  # (K, t)
+        else:
+            codes = torch.zeros((len(self.runtime.codec.codebook_sizes), 0), dtype=torch.long)
         slot.pending = []
-        return codes
-
-    def _deliver(self, slot: _Slot, decoded: torch.Tensor) -> None:
-        """Send decoded audio (1, s) to the slot's consumer as one chunk (nothing when s = 0)."""
-        audio = decoded[0].detach().cpu().float().numpy()
-        if audio.size:
-            if slot.handle.first_audio_at is None:
-                slot.handle.first_audio_at = time.perf_counter()
+        slot.pushed += codes.shape[-1]
+        if slot.pushed > self._lookahead:
             slot.chunk = min(2 * slot.chunk, self.config.max_chunk_frames)
-            slot.samples += audio.size
-            slot.handle._outbox.put(audio)
+        self._codec.push(slot, codes, flush)
 
     def _close(self, slot: _Slot, reason: str, error: str | None = None, code: str | None = None) -> None:
+        """End a request on the engine thread: free its slot and state now; its end reaches the consumer through
+        the codec thread, after its audio (a request that did not end by stop or bound has its undecoded chunks
+        dropped)."""
         if slot.done:
             return
         slot.done = True
@@ -473,15 +538,43 @@ class Engine:
             self._scheduler.remove(slot)
         if slot.state is not None:
             try:
-                self.adapter.release(slot.state)
+                self.runtime.release(slot.state)
             except Exception:
-                log.exception("adapter.release failed")
+                log.exception("runtime.release failed")
             slot.state = None
+        if reason not in ("stop", "bound"):
+            self._codec.drop(slot)
+        slot.ending = (reason, error, code)
+        with self._cond:
+            self._finished[reason] += 1  # counted here, with the slot freed (stats stay consistent)
+        self._codec.close(slot)
+
+    # --- the codec thread's callbacks ----------------------------------------------------------------------------
+
+    def _deliver(self, slot: _Slot, audio: np.ndarray) -> None:
+        """One chunk of a request's audio (s,) float32 to its consumer."""
+        if slot.handle.first_audio_at is None:
+            slot.handle.first_audio_at = time.perf_counter()
+        slot.samples += audio.size
+        slot.handle._outbox.put(audio)
+
+    def _codec_failed(self, slot: _Slot, error: str) -> None:
+        """The codec failed a request's stream: the engine thread ends it (its end then carries the error)."""
+        with self._cond:
+            self._codec_failures.append((slot, error))
+            self._cond.notify_all()
+
+    def _finish(self, slot: _Slot, codec_error: str | None) -> None:
+        """A request's end, after its last audio: the reason the engine closed it with, or the codec's failure."""
+        reason, error, code = slot.ending
+        if codec_error is not None and reason != "error":  # its last chunk failed after the engine closed it
+            with self._cond:
+                self._finished[reason] -= 1
+                self._finished["error"] += 1
+            reason, error, code = "error", f"codec decode failed: {codec_error}", None
         handle = slot.handle
         info = FinishInfo(reason=reason, frames=slot.frames, samples=slot.samples,
                           prompt_positions=handle.prompt_positions,
                           wall_s=time.perf_counter() - handle.submitted_at, error=error, code=code)
         handle.finish = info
-        with self._cond:
-            self._finished[reason] += 1
         handle._outbox.put(info)

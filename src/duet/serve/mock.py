@@ -1,4 +1,7 @@
-"""A weightless model adapter and codec for engine, API and benchmark tests (and ``duet serve --model mock``).
+"""A weightless model runtime and codec for engine, API and benchmark tests (and ``duet serve --model mock``).
+
+:class:`MockRuntime` implements the family runtime contract (``duet.tts.runtime.FamilyRuntime``) that every real
+model's runtime does, so the engine drives it exactly as it drives Gepard, Luna or vLLM.
 
 The mock model has uniform logits over Gepard's 32 channel alphabets ([8, 7, 6, 6] x 8), so what it emits is
 decided by each request's sampling parameters and seed alone; its stop head is scripted: a request stops after
@@ -25,8 +28,10 @@ import torch
 
 from duet.codecs.base import DecodeResult, EncodeResult
 from duet.gepard.sampling import channel_logit_mask
-from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
+from duet.text.tokens import EMOTIONS
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import FamilyTraits, StepCost, StepOutput
 from duet.tts.sampling import SamplingParams, sample_requests
 
 GEPARD_CHANNEL_LEVELS = (8, 7, 6, 6) * 8
@@ -45,8 +50,8 @@ class MockConfig:
     prefix_positions: int = 8  # speaker prefix (Gepard's K = 8 tokens)
     service_tokens: int = 3  # SOT, EOT, SOS
     stop_prob: float = 1.0  # what the scripted stop head says once the script's length is reached
-    step_delay_s: float = 0.0  # sleep per step, to imitate compute (disconnect and queueing tests)
-    supports_cloning: bool = True
+    step_delay_s: float = 0.0  # sleep per step, to imitate compute (disconnect, queueing and admission tests)
+    clone_from_audio: bool = True  # takes a reference clip (the speech API's reference_audio)
     supports_speed: bool = True
     params: SamplingParams = SamplingParams()  # request defaults
     min_speed: float = 0.25
@@ -129,8 +134,8 @@ def default_script(config: MockConfig) -> Callable[[SynthesisRequest], int | Non
 
 
 @dataclass(eq=False)
-class MockAdapter:
-    """Implements `duet.serve.adapter.ModelAdapter` with uniform logits and a scripted stop."""
+class MockRuntime:
+    """Implements ``duet.tts.runtime.FamilyRuntime`` with uniform logits and a scripted stop."""
 
     config: MockConfig = MockConfig()
     script: Callable[[SynthesisRequest], int | None] | None = None
@@ -141,8 +146,9 @@ class MockAdapter:
         cfg = self.config
         self.name = cfg.name
         self.codec = MockCodec(cfg.sample_rate, cfg.samples_per_frame, cfg.channel_levels)
-        self.voices = cfg.voices
-        self.supports_cloning = cfg.supports_cloning
+        self.traits = FamilyTraits(voices=cfg.voices, clone_from_audio=cfg.clone_from_audio, nucleus=True,
+                                   speed=None if cfg.supports_speed else "the mock speaks at one speed",
+                                   steps=True, emotions=EMOTIONS)  # it takes both, and ignores them
         self.max_frames = cfg.max_frames
         self.default_params = cfg.params
         self.cache_bytes_per_position = cfg.cache_bytes_per_position
@@ -150,17 +156,8 @@ class MockAdapter:
         self._mask = channel_logit_mask(cfg.channel_levels)  # (C, V)
         self._live: dict[int, MockState] = {}  # states handed out and not yet released
 
-    def validate(self, request: SynthesisRequest) -> None:
+    def check(self, request: SynthesisRequest) -> None:
         cfg = self.config
-        if request.reference is not None:
-            if not cfg.supports_cloning:
-                raise InvalidRequest(f"model {cfg.name} does not support voice cloning", param="reference_audio",
-                                     code="cloning_unsupported")
-        elif request.voice is not None and request.voice not in cfg.voices:
-            raise InvalidRequest(f"unknown voice {request.voice!r}; this model has {', '.join(cfg.voices)}",
-                                 param="voice", code="voice_not_found")
-        if request.speed != 1.0 and not cfg.supports_speed:
-            raise InvalidRequest(f"model {cfg.name} does not support speed", param="speed")
         if not cfg.min_speed <= request.speed <= cfg.max_speed:
             raise InvalidRequest(f"speed must be in [{cfg.min_speed}, {cfg.max_speed}]", param="speed")
 
@@ -170,10 +167,16 @@ class MockAdapter:
     def prompt_positions(self, request: SynthesisRequest) -> int:
         return self.config.prefix_positions + len(request.text) + self.config.service_tokens
 
+    def step_cost(self, request: SynthesisRequest, frames: int) -> StepCost:
+        """One frame per step, as Gepard; a scripted stop is known in advance (the step after the script's length
+        reads the stop, as an aligned model knows its length)."""
+        target = self._script(request)
+        return StepCost(frames if target is None else min(frames, target + 1), 1)
+
     def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[MockState]:
         states = []
         for request, seed in zip(requests, seeds):
-            if request.reference is not None:  # exercise the codec path a real cloning adapter takes
+            if request.reference is not None:  # exercise the codec path a real cloning runtime takes
                 self.codec.encode(torch.as_tensor(request.reference)[None])
             generator = torch.Generator().manual_seed(seed)
             state = MockState(request, self._script(request), generator, self.prompt_positions(request))

@@ -1,14 +1,14 @@
 """The models one server holds, and how the ``model`` a request names finds one.
 
 A server holds one model or several (``duet serve gepard-tiny luna-tiny ...``). Each has its own
-:class:`~duet.serve.engine.Engine` (its own thread, waiting queue, scheduler limits, KV-cache budget and time
-budgets) and its own bound on text preparations running at once, so a flood of requests for one model waits
+:class:`~duet.serve.engine.Engine` (its own engine and codec threads, waiting queue, scheduler limits, KV-cache
+budget, time budgets and admission by cost) and its own bound on text preparations running at once, so a flood of requests for one model waits
 behind that model only: another model's requests are prepared, admitted and stepped by their own engine. A
 preparation waiting for its model's turn waits on the event loop, not in a worker thread, so one model's backlog
 cannot take the worker threads another model's preparations run in. The engines share the machine's cores and
 the event loop; each answers at its own codec's sample rate.
 
-A request names a model by its id (its adapter's ``name``) or by an alias (``ServeConfig.model_aliases``: (alias,
+A request names a model by its id (its runtime's ``name``) or by an alias (``ServeConfig.model_aliases``: (alias,
 model id) pairs, e.g. OpenAI's ``tts-1``). ``/v1/models`` lists the ids in serving order, then the aliases. The first
 model is the default of the routes that may name none (``/v1/audio/voices`` without ``?model=``).
 """
@@ -21,9 +21,10 @@ from typing import Iterator, Sequence
 from starlette.concurrency import run_in_threadpool
 
 from duet.errors import DuetError
-from duet.serve.adapter import ModelAdapter, SynthesisRequest
 from duet.serve.engine import Admission, Engine
 from duet.serve.errors import ModelNotFound
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import FamilyRuntime
 
 __all__ = ["ServedModel", "ServedModels"]
 
@@ -37,11 +38,11 @@ class ServedModel:
 
     @property
     def name(self) -> str:
-        return self.engine.adapter.name
+        return self.engine.name
 
     @property
-    def adapter(self) -> ModelAdapter:
-        return self.engine.adapter
+    def runtime(self) -> FamilyRuntime:
+        return self.engine.runtime
 
     @property
     def sample_rate(self) -> int:
@@ -56,10 +57,10 @@ class ServedModel:
             return await run_in_threadpool(self.engine.admit, request)
 
     def close(self) -> None:
-        """Stop the engine (what it still holds ends as ``cancelled``), then release what the adapter owns (the
-        vLLM adapter's processes)."""
+        """Stop the engine (what it still holds ends as ``cancelled``), then release what the runtime owns (the
+        vLLM runtime's processes)."""
         self.engine.stop()
-        close = getattr(self.adapter, "close", None)
+        close = getattr(self.runtime, "close", None)
         if close is not None:
             close()
 

@@ -4,12 +4,41 @@ OpenAI fields: ``model`` (one of the server's models, by id or alias: ``models.p
 ``voice`` (a name or ``{"id": name}``), ``instructions``, ``response_format``, ``speed``, ``stream_format``
 (``"audio"``: raw bytes as they are made; ``"sse"``: server-sent events ``speech.audio.delta`` with base64 audio and
 one closing ``speech.audio.done`` with ``usage``).
-Differences from OpenAI: formats are ``wav`` (the default here, OpenAI's is mp3), ``pcm`` and ``flac``;
-audio is at the chosen model's codec rate, not 24 kHz.
+Differences from OpenAI: formats are ``wav`` (the default here, OpenAI's is mp3), ``pcm``, ``flac`` and duet's
+``json`` (audio with timestamps, below); audio is at the chosen model's codec rate, not 24 kHz.
 duet extensions (all optional): ``seed``, ``temperature``, ``top_k``, ``top_p``, ``stop_threshold``,
 ``max_frames`` (length bound), ``steps`` (refinement steps of a non-autoregressive model such as Luna;
-autoregressive models ignore it) and ``reference_audio`` (base64 clip for voice cloning; multipart uploads send it
-as a file field of the same name).
+autoregressive models ignore it), ``reference_audio`` (base64 clip for voice cloning; multipart uploads send it
+as a file field of the same name), ``timestamps`` and ``verify`` (below).
+
+Audio with timestamps (what hosted services call "with timestamps" or "alignment"): word timings come from the
+model's own alignment (``duet.tts.timestamps``: a model with aligned text input; another answers ``timestamps``
+with a 400 ``timestamps_unsupported``), in seconds of the audio returned, as ``duet speak --timestamps x.json``
+writes them: ``{"word", "start", "end", "phones": [{"phone", "start", "end"}]}`` (phones: the model's IPA
+phones, one to a few characters each; ``[]`` for a model that reads text, not phonemes).
+
+- ``response_format: "json"`` (sent whole, not streamed) answers ``{"audio": base64 WAV, "format": "wav",
+  "sample_rate", "duration", "words": [...] or null (a model without timings), "finish_reason"}`` (and
+  ``"verify"``, below);
+- ``"timestamps": true`` with ``stream_format: "sse"`` adds ``{"type": "speech.audio.timestamps", "words": [...]}``
+  events: each after the audio delta that completes its words (a word goes out once the audio sent holds its
+  end), the rest before ``speech.audio.done``; together they are the words of the ``json`` response for the same
+  seed, exactly. The text-streaming WebSocket takes the same field (``text_stream.py``).
+
+SSML: an ``input`` that starts with ``<speak>`` is read as SSML (``duet.text.ssml``: ``<break time|strength>``,
+``<prosody rate>``, ``<sub alias>``), laid into the model's durations (``duet.tts.pace``; a break after the last
+word is silence appended to the audio; a model without aligned text input refuses breaks and rates inside the text
+with a 400 ``ssml_unsupported``); any other input is plain text, whatever it holds. Malformed or unsupported markup
+is a 400 with ``code`` ``invalid_ssml`` and a message that names its character position. The word timings include
+the breaks.
+
+``verify`` (``true``, or ``{"max_wer": 0.0, "tries": 3}``): the audio is heard back by the server's speech
+recogniser (Whisper, ``duet serve`` with the eval extra; a server without one answers 400 ``verify_unavailable``)
+and made again with other seeds while its word error rate is above ``max_wer``, up to ``tries`` makings; the best
+is sent, whole (not streamed; ``stream_format: "sse"`` is refused with it), with its score in the ``json``
+response's ``"verify": {"wer", "transcript", "tries", "kept", "first_wer"}`` and, for any format, in the
+``X-Verify`` header (``wer=0.000; tries=2; kept=2``). The whole input is one piece (``duet.tts.verify``). It costs
+one transcription per making and a making per retry.
 
 OpenAI's voice names (``OPENAI_VOICES``) that a model does not have are read as its default voice, so OpenAI
 clients work unchanged.
@@ -33,14 +62,14 @@ what                       bound                                              se
 ``steps``                  1..``MAX_STEPS``                                   duet.limits; 400
 ``seed``                   0..2**63 - 1                                       duet.limits; 400
 ``temperature``            0..10, finite                                      duet.limits; 400
-``speed``                  0.25..4 (a model may allow less)                   duet.limits, the adapter; 400
+``speed``                  0.25..4 (a model may allow less)                   duet.limits, the runtime; 400
 ``input``                  ``ServeConfig.max_input_chars`` characters, valid  ``--max-input-chars``; 400
                            Unicode (a lone surrogate is refused)
 ``instructions``           ``ServeConfig.max_instructions_chars``; one        400
                            emotion (above)
 body                       ``ServeConfig.max_body_bytes``                     ``--max-body-mib``; 413
 reference clip             ``max_reference_bytes``, 0.5..30 s                 ``--max-reference-seconds``; 400
-frames of one request      the adapter's ``max_frames`` (gepard-tiny 40 s,    the model; a text predicted longer is
+frames of one request      the runtime's ``max_frames`` (gepard-tiny 40 s,    the model; a text predicted longer is
                            Luna 30 s)                                         a 400 ``context_length_exceeded``
 request headers            ``ServeConfig.header_timeout_s`` (10 s)            ``--header-timeout``; connection closed
 request body stall         ``ServeConfig.body_timeout_s`` (30 s)              ``--body-timeout``; 408
@@ -49,6 +78,9 @@ idle stream                ``ServeConfig.stream_idle_timeout_s`` (30 s): a    ``
 wall clock of one request  ``EngineConfig.time_budget_s`` + ``time_budget_    ``--time-budget``, ``--time-budget-
                            per_audio_s`` x the seconds of audio it may make   per-audio``; 504 before its audio,
                            (60 s + 10 x; queueing included)                   else a cut transfer / SSE error
+estimated cost at submit   ends within ``CostConfig.headroom`` (0.8) of the   the engine (``duet.serve.cost``); 503
+                           wall-clock budget above, at the measured cost of   ``server_overloaded`` with
+                           a step at the current load                         ``Retry-After``
 text preparation           ``EngineConfig.time_budget_s``, in a worker        ``--time-budget``; 504
                            thread (``/health`` never waits for it); at most
                            ``ServeConfig.max_preparing`` of one model at
@@ -82,10 +114,12 @@ from duet.errors import DuetError
 from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT
 from duet.text.segmenter import SegmenterConfig
 
-RESPONSE_FORMATS = ("wav", "pcm", "flac")
+RESPONSE_FORMATS = ("wav", "pcm", "flac", "json")
+WHOLE_FORMATS = ("flac", "json")  # sent whole, once the audio has ended
 STREAMABLE_FORMATS = ("wav", "pcm")
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
 FINISH_HEADER = "X-Finish-Reason"
+VERIFY_HEADER = "X-Verify"
 
 
 @dataclass(frozen=True)
@@ -139,6 +173,12 @@ class VoiceId(BaseModel):
     id: str
 
 
+class VerifyOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    max_wer: float = Field(0.0, ge=0.0, le=1.0)
+    tries: int = Field(3, ge=1, le=8)
+
+
 class SpeechRequest(BaseModel):
     # strict: a number where text belongs is an error, not silently converted (multipart forms validate lax)
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -159,10 +199,18 @@ class SpeechRequest(BaseModel):
     max_frames: int | None = Field(None, ge=1)
     steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     reference_audio: str | None = None
+    timestamps: bool = False  # SSE: word timings as the audio goes out (module doc); json has them anyway
+    verify: bool | VerifyOptions = False
 
     @property
     def voice_name(self) -> str | None:
         return self.voice.id if isinstance(self.voice, VoiceId) else self.voice
+
+    @property
+    def verify_options(self) -> VerifyOptions | None:
+        if self.verify is False:
+            return None
+        return VerifyOptions() if self.verify is True else self.verify
 
 
 def first_error(err: ValidationError) -> tuple[str | None, str]:
@@ -184,6 +232,11 @@ def sse(event: dict[str, Any]) -> bytes:
 
 def audio_delta(b64: str) -> dict[str, Any]:
     return {"type": "speech.audio.delta", "audio": b64}
+
+
+def audio_timestamps(words: list[dict[str, Any]]) -> dict[str, Any]:
+    """Word timings of audio already sent (``duet.tts.captions.word_json`` each)."""
+    return {"type": "speech.audio.timestamps", "words": words}
 
 
 def audio_done(input_tokens: int, output_tokens: int, **duet: Any) -> dict[str, Any]:

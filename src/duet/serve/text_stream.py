@@ -11,10 +11,16 @@ Protocol: JSON text messages; audio is binary messages of 16-bit little-endian m
 ``sample_rate`` (its model's). ``session.start``'s ``model`` picks one of the server's models (``models.py``), whose
 engine speaks every piece of the session.
 
+The text may be SSML (``duet.text.ssml``): a session whose text starts with ``<speak>`` is read as markup while it
+arrives, each piece carrying its breaks and rates (``duet.tts.pace.MarkedPieces``); a break where one piece ends
+and the next begins sizes the silence between them so that the pause from word to word is the break, instead of
+``gap_seconds``. Markup is never looked for in text that does not start so.
+
 client -> server
   ``{"type": "session.start", "model": ..., "voice": ..., "speed": ..., "seed": ..., "temperature": ..., ...}``
-      the first message: the fields of ``POST /v1/audio/speech`` except ``input``, ``response_format`` and
-      ``stream_format``, checked as that route checks them
+      the first message: the fields of ``POST /v1/audio/speech`` except ``input``, ``response_format``,
+      ``stream_format`` and ``verify``, checked as that route checks them; ``"timestamps": true`` asks for word
+      timings (a model with aligned text input; another ends the session with ``timestamps_unsupported``)
   ``{"type": "text.delta", "delta": "..."}``  any amount of text, from one character to paragraphs
   ``{"type": "text.done"}``  the end of input: what is held is spoken, then the session ends
   ``{"type": "session.cancel"}``  stop now: pieces in flight are cancelled and their engine slots freed
@@ -22,11 +28,15 @@ server -> client
   ``{"type": "session.started", "model", "sample_rate", "format": "pcm16", "seed"}`` (``model``: the model's id, also
   when the client named an alias)
   ``{"type": "piece.started", "index", "text"}``, then its audio, then ``{"type": "piece.done", "index",
-  "finish_reason", "audio_seconds"}``
+  "finish_reason", "audio_seconds"}``; with ``timestamps``, ``{"type": "piece.timestamps", "index", "words":
+  [{"word", "start", "end", "phones"}]}`` after each binary message that completes words (the rest before
+  ``piece.done``), in seconds of the session's audio: the words ``duet speak --stdin-stream --timestamps`` writes
+  for the same text and seed (``duet.serve.word_feed``)
   ``{"type": "session.done", "reason": "done" | "cancelled" | "error", "pieces", "audio_seconds"}``, then the
   server closes the socket
   ``{"type": "error", "message", "code"}``: a bad message is answered with this and the session goes on; a bad
-  ``session.start``, a limit or a failed piece ends the session after it.
+  ``session.start``, a limit, malformed SSML (``invalid_ssml``, naming its character in the session's text) or a
+  failed piece ends the session after it.
 
 Limits (:class:`duet.serve.schemas.TextStreamConfig`): the first message and every later one within
 ``idle_timeout_s`` of the one before; at most ``max_session_chars`` of text and ``max_session_s`` of wall clock.
@@ -49,18 +59,22 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from duet.limits import SEED_LIMIT, invalid_unicode
 from duet.serve import audio_io
-from duet.serve.adapter import SynthesisRequest
 from duet.serve.engine import RequestHandle
-from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, QueueFull
+from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, Overloaded, QueueFull
 from duet.serve.models import ServedModel
 from duet.serve.schemas import SpeechRequest, TextStreamConfig, first_error
-from duet.text.segmenter import TextSegmenter
+from duet.serve.word_feed import WordFeed
+from duet.text.ssml import SsmlError
+from duet.tts.captions import word_json
+from duet.tts.pace import MarkedPieces, Pace, PacedPiece, gap_seconds
+from duet.tts.request import SynthesisRequest
 from duet.tts.speech import silence
+from duet.tts.timestamps import shifted
 
 log = logging.getLogger("duet.serve")
 
 ROUTE = "/v1/audio/speech/stream"
-_START_FIELDS_REFUSED = ("input", "response_format", "stream_format")
+_START_FIELDS_REFUSED = ("input", "response_format", "stream_format", "verify")
 
 # session.start's fields -> the model that speaks the session and its base request (the speech route's checks;
 # raises that route's ApiError for what it refuses)
@@ -79,6 +93,7 @@ class SessionError(Exception):
 class _Piece:
     index: int
     text: str
+    pace: Pace | None
     handle: RequestHandle
 
 
@@ -86,13 +101,15 @@ class _Session:
     """One client's session: reads its messages, cuts its text, speaks the pieces in order."""
 
     def __init__(self, ws: WebSocket, model: ServedModel, config: TextStreamConfig, base: SynthesisRequest,
-                 seed: int):
+                 seed: int, timestamps: bool = False):
         self.ws, self.model, self.config = ws, model, config
         self.sample_rate = model.sample_rate
-        self.base = base  # the session's SynthesisRequest; each piece replaces its text and seed
+        self.frame_rate = model.runtime.codec.frame_rate
+        self.base = base  # the session's SynthesisRequest; each piece replaces its text, marks and seed
         self.seed = seed
-        self.segmenter = TextSegmenter(config.segmenter)
-        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        self.timestamps = timestamps
+        self.cutter = MarkedPieces(config.segmenter)  # plain text or SSML -> pieces with their marks
+        self.pieces: asyncio.Queue[PacedPiece | None] = asyncio.Queue()
         self.handles: list[RequestHandle] = []
         self.spoken = 0
         self.audio_samples = 0
@@ -107,9 +124,17 @@ class _Session:
         async with self._send_lock:
             await self.ws.send_bytes(audio_io.pcm16(audio))
 
-    def queue(self, texts: list[str]) -> None:
-        for text in texts:
-            self.pieces.put_nowait(text)
+    def queue(self, pieces: list[PacedPiece]) -> None:
+        for piece in pieces:
+            self.pieces.put_nowait(piece)
+
+    def cut(self, delta: str | None) -> None:
+        """Queue the pieces a delta (None: the clock alone) completes; bad SSML ends the session."""
+        try:
+            self.queue(self.cutter.poll(time.monotonic()) if delta is None else
+                       self.cutter.push(delta, time.monotonic()))
+        except SsmlError as err:
+            raise SessionError(str(err), "invalid_ssml") from None
 
     # ---- input ----
     def on_message(self, raw: str | bytes | None) -> str | None:
@@ -135,10 +160,13 @@ class _Session:
             if self.chars > self.config.max_session_chars:
                 raise SessionError(f"the session's text passed {self.config.max_session_chars} characters",
                                    "session_too_long")
-            self.queue(self.segmenter.push(delta, time.monotonic()))
+            self.cut(delta)
             return None
         if kind == "text.done":
-            self.queue(self.segmenter.finish())
+            try:
+                self.queue(self.cutter.finish())
+            except SsmlError as err:
+                raise SessionError(str(err), "invalid_ssml") from None
             return "done"
         if kind == "session.cancel":
             return "cancel"
@@ -150,12 +178,12 @@ class _Session:
     async def submit_pieces(self, out: asyncio.Queue[_Piece | None]) -> None:
         """Pieces -> engine requests, in order; ``out`` holds one, so at most two pieces generate at once."""
         index = 0
-        while (text := await self.pieces.get()) is not None:
+        while (piece := await self.pieces.get()) is not None:
             seed = (self.seed + index) % SEED_LIMIT
-            synth = replace(self.base, text=text, params=replace(self.base.params, seed=seed))
+            synth = replace(self.base, text=piece.text, pace=piece.pace, params=replace(self.base.params, seed=seed))
             handle = await self._submit(synth)
             self.handles.append(handle)
-            await out.put(_Piece(index, text, handle))
+            await out.put(_Piece(index, piece.text, piece.pace, handle))
             index += 1
         await out.put(None)
 
@@ -164,7 +192,7 @@ class _Session:
             try:
                 admission = await self.model.admit(synth)
                 return self.model.engine.submit(synth, admission)
-            except QueueFull as err:  # busy: wait for a turn (the session's wall clock still bounds it)
+            except (QueueFull, Overloaded) as err:  # busy: wait for a turn (the session's wall clock bounds it)
                 await asyncio.sleep(min(max(err.retry_after_s, 0.05), 1.0))
             except InvalidRequest as err:
                 raise SessionError(f"piece {synth.text!r}: {err}", err.code or "invalid_request") from err
@@ -172,25 +200,66 @@ class _Session:
                 raise SessionError(str(err), "engine_down") from err
 
     async def stream_pieces(self, submitted: asyncio.Queue[_Piece | None]) -> None:
-        gap = silence(self.config.gap_seconds, self.sample_rate)
+        trail = 0.0  # seconds of the piece before after its last word (sizes an SSML pause: duet.tts.pace)
         while (piece := await submitted.get()) is not None:
             await self.send_json({"type": "piece.started", "index": piece.index, "text": piece.text})
-            samples = 0
-            if piece.index:
-                await self.send_audio(gap)
-                samples += len(gap)
+            feed = WordFeed(piece.handle, self.frame_rate)
+            samples = 0  # the piece's, with the gap before it
             try:
-                async for chunk in piece.handle:
-                    await self.send_audio(chunk)
-                    samples += len(chunk)
+                chunks = piece.handle.__aiter__()
+                first = await anext(chunks, None)  # its layout has come with its first step
+                if piece.index:
+                    gap = await self._gap(piece, feed, trail)
+                    await self.send_audio(gap)
+                    samples += len(gap)
+                start = samples
+                for chunk in [] if first is None else [first]:
+                    samples += await self._send_chunk(piece, feed, chunk, start, samples)
+                async for chunk in chunks:
+                    samples += await self._send_chunk(piece, feed, chunk, start, samples)
             except GenerationFailed as err:
                 raise SessionError(f"piece {piece.index} failed: {err}", err.code or "generation_failed") from err
+            finish = piece.handle.finish
+            frames = finish.frames if finish else 0
+            if self.timestamps:
+                await self._send_words(piece, await feed.rest(frames), start)
+            if self.cutter.marked or (piece.pace is not None and piece.pace.after):
+                trail = await feed.trail(frames)
+            if piece.pace is not None and piece.pace.after:
+                pause = silence(gap_seconds(piece.pace.after, trail, 0.0), self.sample_rate)
+                await self.send_audio(pause)
+                samples += len(pause)
             self.audio_samples += samples
             self.spoken += 1
-            finish = piece.handle.finish
             await self.send_json({"type": "piece.done", "index": piece.index,
                                   "finish_reason": finish.reason if finish else None,
                                   "audio_seconds": round(samples / self.sample_rate, 3)})
+        if self.cutter.trailing and self.spoken:  # a pause after the text's last piece, marked after it was cut
+            pause = silence(gap_seconds(self.cutter.trailing, trail, 0.0), self.sample_rate)
+            await self.send_audio(pause)
+            self.audio_samples += len(pause)
+
+    async def _gap(self, piece: _Piece, feed: WordFeed, trail: float) -> np.ndarray:
+        """The silence before a piece after the first: the config's gap, or an SSML pause's (``duet.tts.pace``)."""
+        if piece.pace is None or not piece.pace.before:
+            return silence(self.config.gap_seconds, self.sample_rate)
+        words = await feed.words()
+        return silence(gap_seconds(piece.pace.before, trail, words[0].start if words else 0.0), self.sample_rate)
+
+    async def _send_chunk(self, piece: _Piece, feed: WordFeed, chunk: np.ndarray, start: int, sent: int) -> int:
+        """Send one chunk of a piece whose audio started ``start`` samples into it (``sent`` so far, gap
+        included), then the words it completes; -> its samples."""
+        await self.send_audio(chunk)
+        if self.timestamps:
+            await self._send_words(piece, await feed.ready((sent + len(chunk) - start) / self.sample_rate), start)
+        return len(chunk)
+
+    async def _send_words(self, piece: _Piece, words, start: int) -> None:
+        """A ``piece.timestamps`` event: ``words`` (seconds of the piece's audio) in seconds of the session's."""
+        if words:
+            at = (self.audio_samples + start) / self.sample_rate
+            await self.send_json({"type": "piece.timestamps", "index": piece.index,
+                                  "words": [word_json(w) for w in shifted(words, at)]})
 
     async def speak(self) -> None:
         submitted: asyncio.Queue[_Piece | None] = asyncio.Queue(maxsize=1)
@@ -209,7 +278,8 @@ class _Session:
                 "audio_seconds": round(self.audio_samples / self.sample_rate, 3)}
 
 
-async def _read_start(ws: WebSocket, config: TextStreamConfig) -> SpeechRequest:
+async def _read_start(ws: WebSocket, config: TextStreamConfig) -> tuple[SpeechRequest, bool]:
+    """session.start -> the speech route's fields and whether it asks for ``timestamps``."""
     try:
         raw = await asyncio.wait_for(ws.receive_text(), config.idle_timeout_s)
     except TimeoutError:
@@ -227,9 +297,12 @@ async def _read_start(ws: WebSocket, config: TextStreamConfig) -> SpeechRequest:
     if refused:
         raise SessionError(f"session.start takes no {', '.join(refused)}: text comes as text.delta messages and "
                            "audio as 16-bit PCM", "invalid_message")
+    timestamps = fields.pop("timestamps", False)
+    if not isinstance(timestamps, bool):
+        raise SessionError("session.start: timestamps must be true or false", "invalid_message")
     try:
         # the text is checked piece by piece; "-" only satisfies the schema's required field
-        return SpeechRequest.model_validate({**fields, "input": "-", "response_format": "pcm"})
+        return SpeechRequest.model_validate({**fields, "input": "-", "response_format": "pcm"}), timestamps
     except ValidationError as err:
         raise SessionError(f"session.start: {first_error(err)[1]}", "invalid_message") from None
 
@@ -238,7 +311,11 @@ async def run_session(ws: WebSocket, config: TextStreamConfig, open_session: Ope
     """One WebSocket session, from accept to close; nothing a client sends escapes it as an exception."""
     await ws.accept()
     try:
-        model, base = await open_session(await _read_start(ws, config))
+        start, timestamps = await _read_start(ws, config)
+        model, base = await open_session(start)
+        if timestamps and not model.runtime.traits.timings:
+            raise SessionError(f"{model.name} has no word timings (it has no aligned text input)",
+                               "timestamps_unsupported")
     except SessionError as err:
         await _end(ws, {"type": "error", "message": str(err), "code": err.code}, code=1008)
         return
@@ -249,7 +326,7 @@ async def run_session(ws: WebSocket, config: TextStreamConfig, open_session: Ope
                    code=1008)
         return
     seed = base.params.seed if base.params.seed is not None else random.SystemRandom().randrange(SEED_LIMIT)
-    session = _Session(ws, model, config, base, seed)
+    session = _Session(ws, model, config, base, seed, timestamps)
     await session.send_json({"type": "session.started", "model": model.name, "sample_rate": model.sample_rate,
                              "format": "pcm16", "seed": seed})
     inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
@@ -275,7 +352,7 @@ async def run_session(ws: WebSocket, config: TextStreamConfig, open_session: Ope
             except TimeoutError:
                 if time.monotonic() - last_message > config.idle_timeout_s:
                     raise SessionError(f"no message for {config.idle_timeout_s:g} s", "idle_timeout") from None
-                session.queue(session.segmenter.poll(time.monotonic()))
+                session.cut(None)
                 continue
             last_message = time.monotonic()
             if raw is None:  # the client went away

@@ -103,14 +103,15 @@ def vtt_text(words: Sequence[WordTiming], config: CaptionConfig = CaptionConfig(
     return "\n".join(blocks)
 
 
-def timestamps_json(words: Sequence[WordTiming], duration: float, sample_rate: int, model: str) -> dict:
-    def ms(t: float) -> float:
-        return round(t, 3)
+def word_json(w: WordTiming) -> dict:
+    """One word as JSON (``--timestamps x.json``, the speech API): seconds rounded to the millisecond."""
+    return {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3),
+            "phones": [{"phone": p.phone, "start": round(p.start, 3), "end": round(p.end, 3)} for p in w.phones]}
 
-    return {"model": model, "sample_rate": sample_rate, "duration": ms(duration),
-            "words": [{"word": w.word, "start": ms(w.start), "end": ms(w.end),
-                       "phones": [{"phone": p.phone, "start": ms(p.start), "end": ms(p.end)} for p in w.phones]}
-                      for w in words]}
+
+def timestamps_json(words: Sequence[WordTiming], duration: float, sample_rate: int, model: str) -> dict:
+    return {"model": model, "sample_rate": sample_rate, "duration": round(duration, 3),
+            "words": [word_json(w) for w in words]}
 
 
 def write_timestamps(path: str | Path, words: Sequence[WordTiming], *, duration: float, sample_rate: int,

@@ -1,6 +1,17 @@
 """``duet speak "Hello there" -o hello.wav [--model gepard-tiny|luna-tiny|luna-realtime-tiny] [--voice V] [--stream]
 [--seed N] [--steps S] [--speed X] [--cfg-scale W] [--prompt REF.wav --prompt-text "what REF says"]
-[--voice-ref REF.wav] [--emotion happy] [--timestamps words.json|words.srt|words.vtt]``.
+[--voice-ref REF.wav] [--emotion happy] [--timestamps words.json|words.srt|words.vtt] [--verify]``.
+
+A text that starts with ``<speak>`` is SSML (``duet.text.ssml``: ``<break time="300ms"/>``, ``<break
+strength="strong"/>``, ``<prosody rate="slow">...</prosody>``, ``<sub alias="...">...</sub>``), laid into the
+model's own durations (``duet.tts.pace``); malformed markup is one line naming its character position, before any
+model is loaded (with ``--stdin-stream``, as it arrives). Any other text is never read as markup.
+
+``--verify`` hears each sentence back with Whisper (the eval extra, ``duet.eval``; the ``duet`` command hands the
+recogniser in) and makes a sentence whose word error rate is above ``--verify-max-wer`` (0) again with another seed
+(sampled, for a model that decodes greedily), up to ``--verify-tries`` (3) makings, keeping the best
+(``duet.tts.verify``); a line per sentence and a summary report the scores. It costs a transcription per making and
+a making per retry (``benchmarks/results/timestamps.md``); not with ``--stream`` or ``--stdin-stream``.
 
 ``--stdin-stream`` speaks standard input while it is still arriving (typed, or piped from an LLM), a sentence or
 a clause at a time as soon as it is complete (``duet.tts.live``), writing the file as audio comes.
@@ -94,6 +105,14 @@ def register(subparsers) -> None:
     p.add_argument("--timestamps", default=None, metavar="FILE",
                    help="write each word's start and end from the model's alignment: .json (words and phones), "
                         ".srt or .vtt (captions); models with aligned text input")
+    p.add_argument("--verify", action="store_true",
+                   help="hear every sentence back with Whisper (the eval extra) and make it again with another seed "
+                        "while its word error rate is above --verify-max-wer, keeping the best (slower: one "
+                        "transcription per sentence, one more making per retry)")
+    p.add_argument("--verify-max-wer", type=float, default=0.0, metavar="WER",
+                   help="with --verify: the word error rate a sentence may keep (default 0: every word heard)")
+    p.add_argument("--verify-tries", type=int, default=3, metavar="N",
+                   help="with --verify: makings of a sentence at most, the first included (default 3)")
     p.set_defaults(func=run_speak)
 
 
@@ -144,6 +163,34 @@ def write_timestamps(path: Path | None, words: list | None, seconds: float, spea
         from duet.tts.captions import write_timestamps as write
 
         write(path, words, duration=seconds, sample_rate=speaker.sample_rate, model=speaker.name)
+
+
+def check_markup(text: str) -> None:
+    """Text that starts with <speak> is SSML (``duet.text.ssml``): malformed markup is one line naming its
+    position, before any model is loaded."""
+    from duet.text.ssml import is_ssml, parse_ssml
+
+    if is_ssml(text):
+        parse_ssml(text)
+
+
+def check_verify(args: argparse.Namespace):
+    """``--verify``: its config and the scorer the ``duet`` command hands in (Whisper lives in ``duet.eval``,
+    above this package) -> (config, scorer), or (None, None) without the flag."""
+    if not args.verify:
+        if args.verify_max_wer != 0.0 or args.verify_tries != 3:
+            raise DuetError("--verify-max-wer and --verify-tries go with --verify")
+        return None, None
+    from duet.tts.verify import VerifyConfig
+
+    if args.stream:
+        raise DuetError("--verify keeps the best of several makings of a sentence, so nothing can be written "
+                        "before a sentence is heard back: drop --stream")
+    config = VerifyConfig(max_wer=args.verify_max_wer, tries=args.verify_tries)
+    make_scorer = getattr(args, "verify_scorer", None)
+    if make_scorer is None:
+        raise DuetError("--verify needs a speech recogniser; run it through the duet command")
+    return config, make_scorer()
 
 
 def check_writable(path: Path) -> None:
@@ -242,9 +289,11 @@ def run_speak(args: argparse.Namespace) -> int:
     problem = invalid_unicode(text, "the text")
     if problem:
         raise DuetError(problem)
+    check_markup(text)
     out = Path(args.output)
     fmt = check_output(out)
     stamps = check_timestamps_path(args.timestamps)
+    verify, scorer = check_verify(args)
     check_voice_ref(args.voice_ref, args.prompt)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
     model_options |= check_emotion_flag(args.emotion)
@@ -260,6 +309,7 @@ def run_speak(args: argparse.Namespace) -> int:
     options = dict(voice=args.voice, seed=args.seed, temperature=args.temperature, top_k=args.top_k,
                    cfg_scale=args.cfg_scale, **model_options)
     started = time.perf_counter()
+    scores = None
     if args.stream:
         first, samples, ended = None, 0, []
         chunks = speaker.stream(text, ended=ended, words=words, **options)  # checks input eagerly, here
@@ -273,7 +323,12 @@ def run_speak(args: argparse.Namespace) -> int:
         seconds = samples / speaker.sample_rate
         ttfa = f", first audio after {first * 1000:.0f} ms" if first is not None else ""
     else:
-        speech = speaker.speak(text, **options)
+        if verify is not None:
+            from duet.tts.verify import verified_speech
+
+            speech, scores = verified_speech(speaker, text, scorer, verify, **options)
+        else:
+            speech = speaker.speak(text, **options)
         try:
             sf.write(out, speech.audio, speech.sample_rate, format=fmt)
         except (OSError, RuntimeError) as err:  # soundfile's errors are RuntimeErrors
@@ -285,7 +340,20 @@ def run_speak(args: argparse.Namespace) -> int:
     bound = sum(e == "bound" for e in ended)
     note = f"; {bound} of {len(ended)} pieces hit the length bound" if bound else ""
     print(f"{out}: {seconds:.2f} s of audio in {wall:.2f} s (RTF {wall / max(seconds, 1e-9):.3f}){ttfa}{note}")
+    if scores is not None:
+        print_scores(scores)
     return 0
+
+
+def print_scores(scores) -> None:
+    """``--verify``'s report: a line per sentence, then the summary."""
+    from duet.tts.verify import summary
+
+    for s in scores:
+        again = f", kept making {s.kept + 1} of {s.tries}" if s.tries > 1 else ""
+        heard = "" if s.wer == 0 else f": heard {s.transcript!r}"
+        print(f"  sentence {s.piece}: WER {s.wer:.3f}{again}{heard}")
+    print(summary(scores))
 
 
 def run_stdin_stream(args: argparse.Namespace) -> int:
@@ -302,6 +370,8 @@ def run_stdin_stream(args: argparse.Namespace) -> int:
     if args.prompt is not None:
         raise DuetError("--stdin-stream does not take --prompt")
     check_sampling(args.temperature, args.top_k, args.seed)
+    if args.verify:
+        raise DuetError("--stdin-stream speaks each piece as it comes; --verify does not apply to it")
     out = Path(args.output)
     fmt = check_output(out)
     stamps = check_timestamps_path(args.timestamps)

@@ -25,7 +25,9 @@ the text out, at the request's ``speed``) and each row keeps its embedded text, 
 a step adds every row's aligned input, computed in one call over the rows padded to the longest text. Such a model
 knows how long a text will be: one predicted to end within ``margin_frames`` of its bound is refused. Its layout
 (the conditional row's durations: output frame f is laid out at audio position f) goes out with every step of the
-request as a ``TextLayout`` (``duet.tts.timestamps``: word timings), when the runtime has the tokenizer.
+request as a ``TextLayout`` (``duet.tts.timestamps``: word timings), when the runtime has the tokenizer. A request's
+SSML pauses and rates (``SynthesisRequest.pace``) change the predicted durations before prefill
+(``duet.tts.pace_layout``), and its frame bound grows with them.
 
 Voice cloning (a model with the voice compressor, ``GepardConfig.voice``; Gepard §2.6). A request's ``reference``
 (mono float32 at the codec's rate) is encoded by the codec once, unfolded to channel digits, cut to the
@@ -45,6 +47,7 @@ G packed groups (8), D width, H_kv key/value heads, hd head_dim, L cached positi
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -64,8 +67,9 @@ from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
 from duet.gepard.voice import reference_prefix
 from duet.nn.backbone import run_backbone
 from duet.tts.kv_pool import KVPool
+from duet.tts.pace_layout import paced_durations
 from duet.tts.request import SynthesisRequest
-from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, kv_cache_bytes, restoring_generators
+from duet.tts.runtime import FamilyTraits, PerRequest, StepCost, StepOutput, kv_cache_bytes, restoring_generators
 from duet.tts.sampling import SamplingParams, sample_requests
 from duet.tts.timestamps import TextLayout
 
@@ -147,9 +151,9 @@ class GepardRuntime:
         self.model.eval()
         no_speed = None if self.model.is_aligned else ("it has no duration predictor (no aligned text input): it "
                                                        "decodes until it stops, so there is no length to scale")
-        self.traits = FamilyTraits(speed=no_speed, nucleus=True, cloning=self.model.has_voice,
-                                   cloning_note=": it has no voice compressor (train one with duet train gepard "
-                                                "--voice-prefix)",
+        self.traits = FamilyTraits(speed=no_speed, nucleus=True, clone_from_audio=self.model.has_voice,
+                                   clone_from_audio_note=": it has no voice compressor (train one with duet train "
+                                                         "gepard --voice-prefix)",
                                    timings=self.model.is_aligned and self.tokenizer is not None)
         bb = mcfg.backbone
         self._dtype = self.model.embed_tokens.weight.dtype
@@ -158,6 +162,7 @@ class GepardRuntime:
         self.cache_bytes_per_position = kv_cache_bytes(bb.num_layers, bb.num_kv_heads, bb.head_dim, self._dtype)
         self._levels = tuple(mcfg.channel_levels)
         self._ids: PerRequest[list[int]] = PerRequest()
+        self._paces: PerRequest[torch.Tensor] = PerRequest()
         self._prefixes: OrderedDict[int, tuple[np.ndarray, torch.Tensor]] = OrderedDict()  # id(reference) -> prefix
 
     @property
@@ -182,9 +187,7 @@ class GepardRuntime:
             raise InvalidRequest(f"the text takes {prompt} positions, the model has {limit}; split it into shorter "
                                  "requests", param="input", code="context_length_exceeded")
         if self.model.is_aligned and request.params.max_frames is None:  # it knows how long the text will be
-            ids = self._prompt_ids(request)
-            lengths = torch.tensor([ids.shape[1]], device=self._device)
-            frames = float(self.model.duration.predict(ids, lengths, request.speed).sum())
+            frames = float(self._durations(request).sum())
             check_predicted_length(frames, self.frame_bound(request), self.codec.frame_rate, self.config.margin_frames)
         need = prompt + (request.params.max_frames or self.frame_bound(request))
         if need > limit:
@@ -195,16 +198,38 @@ class GepardRuntime:
         cfg = self.config
         bound = SamplingConfig(frames_per_token=cfg.frames_per_token, margin_frames=cfg.margin_frames,
                                max_frames=cfg.max_frames)
-        return frame_bound(len(self._text_ids(request)) - NUM_SERVICE_TOKENS, bound)
+        frames = frame_bound(len(self._text_ids(request)) - NUM_SERVICE_TOKENS, bound)
+        pace = request.pace
+        if pace is not None and pace.layout:  # slower spans and pauses make the text longer
+            extra = math.ceil(frames / min(pace.slowest, 1.0)) - frames
+            frames = min(cfg.max_frames, frames + extra + math.ceil(pace.break_seconds * self.codec.frame_rate))
+        return frames
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
         return self.model.config.num_prefix + len(self._text_ids(request))  # [prefix | text ending in SOS]
+
+    def step_cost(self, request: SynthesisRequest, frames: int) -> StepCost:
+        return StepCost(frames, 1 if self._cfg_scale(request) == 1.0 else 2)  # one frame per step, a position a row
 
     def _text_ids(self, request: SynthesisRequest) -> list[int]:
         return self._ids.get(request, lambda r: self.encode(r.text))
 
     def _prompt_ids(self, request: SynthesisRequest) -> torch.Tensor:
         return torch.tensor([self._text_ids(request)], dtype=torch.long, device=self._device)  # (1, S)
+
+    def _durations(self, request: SynthesisRequest) -> torch.Tensor:
+        """An aligned model's frames per wrapped token (1, S) at the request's speed, with its SSML pace."""
+        ids = self._prompt_ids(request)
+        if request.pace is not None and request.pace.layout:
+            return self._paces.get(request, self._paced)
+        return self.model.duration.predict(ids, torch.tensor([ids.shape[1]], device=self._device), request.speed)
+
+    def _paced(self, request: SynthesisRequest) -> torch.Tensor:
+        ids = self._prompt_ids(request)
+        predicted = self.model.duration.predict(ids, torch.tensor([ids.shape[1]], device=self._device), request.speed)
+        paced = paced_durations(predicted[0].tolist(), ids[0].tolist(), request.text, request.pace, self.tokenizer,
+                                self.codec.frame_rate, self.language)
+        return torch.tensor([paced], device=self._device)  # (1, S)
 
     def _cfg_scale(self, request: SynthesisRequest) -> float:
         return 1.0 if request.params.cfg_scale is None else request.params.cfg_scale
@@ -215,7 +240,9 @@ class GepardRuntime:
     def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[GepardState]:
         states = []
         for request, seed in zip(requests, seeds):  # one by one: prompts differ in length, and prefill is once
-            prompt = GepardPrompt(self._prompt_ids(request), prefix=self._prefix(request), speed=request.speed)
+            paced = self._durations(request) if request.pace is not None and request.pace.layout else None
+            prompt = GepardPrompt(self._prompt_ids(request), prefix=self._prefix(request), durations=paced,
+                                  speed=request.speed)
             bound = request.params.max_frames or self.frame_bound(request)
             w = self._cfg_scale(request)
             prompts = [prompt] if w == 1.0 else [prompt, self.model.unconditional(prompt)]
@@ -333,14 +360,18 @@ class GepardRuntime:
 
 
 def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str = "cpu",
-                        name: str | None = None, language: str = "en") -> GepardRuntime:
+                        name: str | None = None, language: str | None = None) -> GepardRuntime:
     """The runtime of a shipped Gepard directory; ``codec`` defaults to the codec the checkpoint was trained on,
-    the request defaults to the model's own sampling (its config.json), else SPEAK_SAMPLING."""
+    the request defaults to the model's own sampling (its config.json), else SPEAK_SAMPLING. ``language`` (how text
+    is prepared: English is normalised, other languages are read as written) defaults to the espeak-ng voice its
+    phoneme tokenizer is marked with (a voice trained with ``duet voice train --language es``), else English."""
     from duet.codecs import load as load_codec
     from duet.gepard.checkpoint import load_gepard
     from duet.text.prompts import gepard_prompt
 
     loaded = load_gepard(path, device=device)
+    if language is None:
+        language = model_language(Path(loaded.path) / "tokenizer.json")
     config = GepardRuntimeConfig()
     if loaded.sampling:
         config = replace(config, params=replace(config.params, **loaded.sampling))
@@ -348,3 +379,15 @@ def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str 
     return GepardRuntime(loaded.model, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device),
                          lambda text: gepard_prompt(text, tokenizer, language=language), name or loaded.path.name,
                          config, tokenizer=tokenizer, language=language)
+
+
+def model_language(tokenizer_file: Path) -> str:
+    """The language a model's text is prepared in: its phoneme tokenizer's espeak-ng voice when that is not
+    English, else "en" (English text is normalised before it is phonemised)."""
+    import json
+
+    from duet.text.phonemes import marked_voice
+    from duet.text.prompts import is_english
+
+    voice = marked_voice(json.loads(tokenizer_file.read_text(encoding="utf-8")))
+    return "en" if voice is None or is_english(voice) else voice

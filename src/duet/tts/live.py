@@ -5,7 +5,8 @@ bound, or a stall of ``idle_seconds``), and each piece is spoken as soon as it i
 ``stream``, with piece i seeded ``seed + i`` and the speaker's gap between pieces: the same pieces, seeds and gaps as
 a ``/v1/audio/speech/stream`` session of the same text (``duet.serve.text_stream``). While a piece is spoken, the
 text that arrives meanwhile waits in a reader thread, so nothing typed is lost. Word timings (a model that has them)
-are collected per piece by the speaker's ``stream`` and placed where the piece's audio starts in what was written.
+are collected per piece and placed where the piece's audio starts in what was written, by the speaker's own join of
+pieces (``Speaker.join_pieces``), which also sizes the silence of an SSML pause between pieces (``duet.tts.pace``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from duet.limits import SEED_LIMIT
-from duet.text.segmenter import SegmenterConfig, TextSegmenter
+from duet.text.segmenter import SegmenterConfig
+from duet.tts.pace import MarkedPieces, Pace, PacedPiece, gap_seconds
+from duet.tts.speaker import Chunk
 from duet.tts.speech import silence
-from duet.tts.timestamps import WordTiming, shifted
+from duet.tts.timestamps import WordTiming
 
 
 def read_deltas(fd: int, poll_s: float = 0.05, chunk_bytes: int = 4096) -> Iterator[str | None]:
@@ -62,36 +65,39 @@ def speak_live(speaker, deltas: Iterable[str | None], write: Callable[[np.ndarra
                **options: Any) -> list[str]:
     """Speak ``deltas`` (text, or None for "nothing new yet") piece by piece as they become ready, passing audio
     chunks to ``write``; ``words`` (if given) collects the words' timings in seconds of what was written. -> how
-    each piece ended (``duet.finish``)."""
+    each piece ended (``duet.finish``). SSML input (starting with ``<speak>``) is read as it arrives; bad markup
+    is an ``SsmlError`` once it is seen."""
     base = seed if seed is not None else random.SystemRandom().randrange(SEED_LIMIT)
-    gap = silence(speaker.config.gap_seconds, speaker.sample_rate)
-    segmenter = TextSegmenter(config)
+    pieces = MarkedPieces(config)
+    requests: list = []  # (request, seed) of each piece so far: the speaker's join reads them as they come
     ended: list[str] = []
-    written = 0  # samples
+    trail = 0.0  # seconds of the last piece's audio after its last word (sizes a pause after it)
 
-    def emit(chunk: np.ndarray) -> None:
-        nonlocal written
-        write(chunk)
-        written += len(chunk)
-
-    def say(pieces: list[str]) -> None:
-        for piece in pieces:
-            index = len(ended)
+    def say(cut: list[PacedPiece]) -> Iterator[Chunk]:
+        nonlocal trail
+        for piece in cut:
+            index = len(requests)
             if on_piece is not None:
-                on_piece(index, piece)
-            if index:
-                emit(gap)
-            start = written
-            piece_ended: list[str] = []
-            timed: dict[str, Any] = {} if words is None else {"words": []}
-            for chunk in speaker.stream(piece, seed=(base + index) % SEED_LIMIT, ended=piece_ended, **timed,
-                                        **options):
-                emit(chunk)
-            if words is not None:
-                words.extend(shifted(timed["words"], start / speaker.sample_rate))
-            ended.append("bound" if "bound" in piece_ended else "stop")
+                on_piece(index, piece.text)
+            request = speaker.requests(piece.text, pace=piece.pace or Pace(), seed=(base + index) % SEED_LIMIT,
+                                       **options)[0]
+            requests.append(request)
+            samples = 0
+            for chunk in speaker.piece_chunks(index, *request, timed=words is not None or pieces.marked):
+                samples += chunk.audio.numel()
+                if chunk.words:
+                    trail = samples / speaker.sample_rate - chunk.words[-1].end
+                if chunk.end is not None:
+                    ended.append(chunk.end)
+                yield chunk
 
-    for delta in deltas:
-        say(segmenter.poll(clock()) if delta is None else segmenter.push(delta, clock()))
-    say(segmenter.finish())
+    def chunks() -> Iterator[Chunk]:
+        for delta in deltas:
+            yield from say(pieces.poll(clock()) if delta is None else pieces.push(delta, clock()))
+        yield from say(pieces.finish())
+
+    for audio in speaker.join_pieces(requests, chunks(), words):
+        write(audio)
+    if pieces.trailing and ended:  # a pause after the last word, marked after the last piece was cut
+        write(silence(gap_seconds(pieces.trailing, trail, 0.0), speaker.sample_rate))
     return ended

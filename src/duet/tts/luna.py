@@ -22,7 +22,9 @@ prediction ends at its bound ("bound"), any other ends where the model said ("st
 that sets no ``max_frames`` and whose prediction does not fit is refused (clients split long texts themselves; the
 Speaker splits at sentences and sets its bound). An aligned model lays the text over the grid by the predictor's
 per-token durations scaled to T (``duet.luna.duration.fit_durations``); that layout goes out with every step of the
-request (``StepOutput.layout``, ``duet.tts.timestamps``: word timings).
+request (``StepOutput.layout``, ``duet.tts.timestamps``: word timings). A request's SSML pauses and rates
+(``SynthesisRequest.pace``) change those durations (at the request's speed) before T is set from their sum
+(``duet.tts.pace_layout``; not with a voice prompt).
 
 Sampling: ``steps`` (default ``LunaRuntimeConfig.decode.steps``, 32 as in §2.5), ``temperature``, ``top_k`` and
 ``cfg_scale`` come from the request's ``SamplingParams``; the selection noise is the runtime's. ``top_p`` < 1 is
@@ -68,8 +70,9 @@ from duet.luna.duration import DurationPredictor, total_frames
 from duet.luna.infill import check_prompt_audio, check_prompt_grid
 from duet.luna.model import LunaInputs, LunaModel, pad_right
 from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
+from duet.tts.pace_layout import paced_durations
 from duet.tts.request import SynthesisRequest, VoicePrompt
-from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, restoring_generators
+from duet.tts.runtime import FamilyTraits, PerRequest, StepCost, StepOutput, restoring_generators
 from duet.tts.sampling import SamplingParams
 from duet.tts.timestamps import TextLayout
 
@@ -89,6 +92,7 @@ class _Plan:
     frames: int  # T predicted for the text and speed (at the prompt's pace), before any bound
     cap: int  # the most frames the model's positions and max_frames leave
     transcript: int  # leading ids that belong to the prompt (SOT and its transcript); 0 without one
+    paced: torch.Tensor | None = None  # (S,) frames per token with the request's SSML pace (at its speed), or None
 
 
 @dataclass(eq=False)
@@ -119,8 +123,9 @@ class LunaRuntime(LunaParts):
                  config: LunaRuntimeConfig = LunaRuntimeConfig()):
         super().__init__(model, duration, tokenizer, codec, model.config, name, config.language)
         self.config = config
-        self.traits = FamilyTraits(voice_prompt=True, steps=True, cloning_note=": Luna clones by infilling after "
-                                   "the reference and its transcript, and the request has no transcript field",
+        self.traits = FamilyTraits(clone_from_prompt=True, steps=True,
+                                   clone_from_audio_note=": Luna clones by infilling after the reference and its "
+                                                         "transcript, and the request has no transcript field",
                                    timings=self.grid.is_aligned, **self.emotion_traits)
         mcfg = model.config
         itemsize = model.audio_embed.weight.element_size()
@@ -186,6 +191,12 @@ class LunaRuntime(LunaParts):
     def prompt_positions(self, request: SynthesisRequest) -> int:
         return len(self._plan(request).ids) + self._prompt_frames(request)
 
+    def step_cost(self, request: SynthesisRequest, frames: int) -> StepCost:
+        decode = request_decode_config(self.config.decode, request)
+        rows = 1 if decode.cfg_scale == 1.0 else 2
+        length = len(self._plan(request).ids) + self._prompt_frames(request) + frames  # [text | prompt | grid]
+        return StepCost(decode.steps, rows * length)  # S refinement passes over the whole sequence
+
     def _prompt_frames(self, request: SynthesisRequest) -> int:
         return 0 if request.prompt is None else request.prompt.grid.shape[0]
 
@@ -207,6 +218,14 @@ class LunaRuntime(LunaParts):
             raise InvalidRequest(f"the duration predictor gives this text 0 frames at speed {request.speed:g}; use "
                                  "a lower speed or a longer text", param="input")
         frames = int(total_frames(durations, lengths, speed)[0])
+        paced = None
+        if request.pace is not None and request.pace.layout and self.grid.is_aligned:
+            if prompt is not None:
+                raise InvalidRequest("SSML pauses and rates are not laid out with a voice prompt", param="input",
+                                     code="ssml_unsupported")
+            paced = torch.tensor(paced_durations((durations[0] / speed).tolist(), ids, request.text, request.pace,
+                                                 self.tokenizer, self.codec.frame_rate, self.language))
+            frames = max(1, round(float(paced.sum())))
         transcript, reserved = 0, 0
         if prompt is not None:  # [transcript + text | prompt | T]: SOT, the emotion and the transcript span the prompt
             transcript = len(self.text_ids(prompt.text, request.emotion)) - 1
@@ -216,7 +235,7 @@ class LunaRuntime(LunaParts):
         if cap < 1:
             raise InvalidRequest(f"the text is too long for {self.name} ({len(ids)} tokens): split it into sentences",
                                  param="input", code="context_length_exceeded")
-        return _Plan(ids, frames, cap, transcript)
+        return _Plan(ids, frames, cap, transcript, paced)
 
     # --- the decode thread ------------------------------------------------------------------------------------------
 
@@ -230,7 +249,8 @@ class LunaRuntime(LunaParts):
             still = cells_to_generate(tokens, mask_id)  # (1, T, Q), all True
             generator = torch.Generator(device=self._device).manual_seed(seed)
             prompt = None if request.prompt is None else request.prompt.grid.to(self._device)  # (P, Q)
-            layout = self.layout(plan.ids, frames, plan.transcript, 0 if prompt is None else prompt.shape[0])
+            layout = self.layout(plan.ids, frames, plan.transcript, 0 if prompt is None else prompt.shape[0],
+                                 plan.paced)
             states.append(LunaState(request, plan.ids, prompt, None if layout is None else layout[0], tokens, still,
                                     still.flatten(1).sum(dim=1), request_decode_config(self.config.decode, request),
                                     generator, complete=frames == plan.frames,

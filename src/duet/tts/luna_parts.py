@@ -110,13 +110,13 @@ class LunaParts:
         return float(self.token_durations(ids)[0].sum())
 
     def layout(self, ids: list[int], frames: int, prompt_tokens: int = 0, prompt_frames: int = 0,
-               ) -> torch.Tensor | None:
-        """Frames per wrapped token (1, S) for an aligned model (None for others): the predictor's durations,
-        the first ``prompt_tokens`` (SOT and a clone prompt's transcript) scaled to fill the prompt's frames, the
-        rest to fill the ``frames`` to generate."""
+               durations: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Frames per wrapped token (1, S) for an aligned model (None for others): the predictor's durations (or
+        ``durations`` (S,), a paced layout of them), the first ``prompt_tokens`` (SOT and a clone prompt's
+        transcript) scaled to fill the prompt's frames, the rest to fill the ``frames`` to generate."""
         if not self.grid.is_aligned:
             return None
-        d = self.token_durations(ids)[0][0]  # (S,)
+        d = self.token_durations(ids)[0][0] if durations is None else durations.to(self.duration.head.weight.device)
         n = min(prompt_tokens, d.shape[0] - 1)
         parts = [fit_durations(d[n:], frames)] if n == 0 else [fit_durations(d[:n], prompt_frames),
                                                                 fit_durations(d[n:], frames)]

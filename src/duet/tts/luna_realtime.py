@@ -5,7 +5,8 @@ Luna Realtime (DESIGN §B, ``duet.luna.stream``) is autoregressive across blocks
 at a time with S MaskGIT steps against a KV cache of the conditions and the committed blocks. Per request the runtime
 holds a ``KVBlockSession`` (its KV cache), a ``DecodeConfig`` and a ``torch.Generator``. A step, for each request:
 
-1. runs ``session.step`` on its active block (all masked at the block's first step);
+1. runs its session's pass over its active block (all masked at the block's first step), batched with the other
+   requests' passes ("Batching" below);
 2. at the block's first step reads the end head (``stream.end_frame``, conditional row): the first frame past the end
    of speech, cut to the frames the request's bound leaves; frames from there on stay masked and get no code;
 3. applies ``decode.unmask_step`` to the guided logits with the request's step index, config and generator;
@@ -17,7 +18,8 @@ numbers in the same order, so a request reproduces ``stream_speech`` at the same
 
 An aligned model's layout (the duration predictor's frames per token, as the session's aligned input reads them)
 goes out with every step of the request (``StepOutput.layout``, ``duet.tts.timestamps``: word timings); where the
-end head ends the speech, the audio ends, whatever the layout had left.
+end head ends the speech, the audio ends, whatever the layout had left. A request's SSML pauses and rates
+(``SynthesisRequest.pace``) change those durations first (``duet.tts.pace_layout``).
 
 How a request ends (``duet.tts.runtime.settle``): the end head places the end inside the active block: its frames
 before the end go out with ``final=True`` ("stop"; with the end at the block's first frame that last output has no
@@ -35,10 +37,13 @@ it: luna-realtime-tiny's end head learned the corpus's typical length more than 
 it stopped at 0.55x the recordings' length on average), while the duration predictor, which reads the text token by
 token, is off by about 10%.
 
-Batching, named: requests run one after another inside a step, not in one batched forward pass. Each
-``KVBlockSession`` holds its own transformers cache whose length (conditions + committed blocks) differs per request,
-and every step crops the active block off again; one padded forward would need a per-row-length cache with a per-row
-crop, which the stock cache does not offer. Each request's result is its solo result by construction.
+Batching: the running requests' block passes go through the model together, one forward pass per query length
+(``duet.luna.stream_batch``: each session's cache right-padded to the longest, a mask per row, so a row sees exactly
+what its own step would); the sampling after it runs per request with its own generator, as ``stream_blocks`` does.
+A request alone takes its session's own step, so it reproduces ``stream_speech`` exactly; batched, its logits equal
+its solo ones up to float rounding (the padded shapes may reduce in another order; batch invariance as
+``duet.tts.luna`` names it), and its tokens equal its solo tokens in the tests. A batch whose forward pass raises
+changes no state and runs again one request at a time, so a failure stays with its request.
 
 Per request: ``emotion`` (the emotion token in the instruction context of the text ids, ``duet.tts.luna_parts``),
 ``steps`` per block (default ``StreamConfig.decode.steps``, 8 as deployed in §5.2), ``temperature``,
@@ -66,11 +71,13 @@ import torch
 from duet.errors import DuetError, InvalidRequest
 from duet.luna.decode import DecodeConfig, guide, unmask_step
 from duet.luna.duration import DurationPredictor
-from duet.luna.realtime import LunaRealtime
+from duet.luna.realtime import LunaRealtime, RealtimeLogits
 from duet.luna.stream import KVBlockSession, StreamConfig, end_frame
+from duet.luna.stream_batch import step_sessions
 from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
+from duet.tts.pace_layout import paced_durations
 from duet.tts.request import SynthesisRequest
-from duet.tts.runtime import FamilyTraits, PerRequest, StepOutput, kv_cache_bytes
+from duet.tts.runtime import FamilyTraits, PerRequest, StepCost, StepOutput, kv_cache_bytes
 from duet.tts.sampling import SamplingParams
 from duet.tts.timestamps import TextLayout
 
@@ -95,6 +102,7 @@ class _Plan:
     predicted: int  # frames the duration predictor expects for the text (rounded)
     bound: int  # bound_for(ids)
     floor: int  # floor_for(ids): no end of speech before this frame
+    paced: torch.Tensor | None = None  # (S,) an aligned model's durations with the request's SSML pace, or None
 
 
 @dataclass(eq=False)
@@ -193,13 +201,25 @@ class RealtimeRuntime(LunaParts):
     def prompt_positions(self, request: SynthesisRequest) -> int:
         return len(self._plan(request).ids)
 
+    def step_cost(self, request: SynthesisRequest, frames: int) -> StepCost:
+        decode = request_decode_config(self.config.stream.decode, request)
+        rows = 1 if decode.cfg_scale == 1.0 else 2
+        # S passes per block over its B_k frames; the last block holds the end
+        return StepCost(decode.steps * (frames // self.block_size + 1), rows * self.block_size)
+
     def _plan(self, request: SynthesisRequest) -> _Plan:
         return self._plans.get(request, self._predict)
 
     def _predict(self, request: SynthesisRequest) -> _Plan:
         ids = self.request_ids(request)
-        predicted = self.predicted_frames(ids)  # one duration-predictor pass for the whole plan
-        return _Plan(ids, round(predicted), self.bound_for(ids, predicted), self.floor_for(ids, predicted))
+        paced = None
+        if request.pace is not None and request.pace.layout and self.grid.is_aligned:
+            paced = torch.tensor(paced_durations(self.token_durations(ids)[0][0].tolist(), ids, request.text,
+                                                 request.pace, self.tokenizer, self.codec.frame_rate, self.language))
+            predicted = float(paced.sum())
+        else:
+            predicted = self.predicted_frames(ids)  # one duration-predictor pass for the whole plan
+        return _Plan(ids, round(predicted), self.bound_for(ids, predicted), self.floor_for(ids, predicted), paced)
 
     # --- the decode thread ------------------------------------------------------------------------------------------
 
@@ -209,7 +229,7 @@ class RealtimeRuntime(LunaParts):
             plan = self._plan(request)
             decode = request_decode_config(self.config.stream.decode, request)
             text_ids = torch.tensor(plan.ids, dtype=torch.long, device=self._device)  # (S,)
-            durations = self.aligned_durations(plan.ids)  # (S,) or None
+            durations = self.aligned_durations(plan.ids) if plan.paced is None else plan.paced.to(self._device)
             session = KVBlockSession(self.model, text_ids, None, guidance=decode.cfg_scale != 1.0,
                                      durations=durations)
             generator = torch.Generator().manual_seed(seed)  # a CPU generator: the sampler moves its numbers
@@ -223,10 +243,22 @@ class RealtimeRuntime(LunaParts):
 
     @torch.no_grad()
     def step(self, states: Sequence[RealtimeState]) -> list[StepOutput]:
+        live = [s for s in states if not s.done and s.session is not None]
+        try:
+            logits = step_sessions([s.session for s in live], [self._block(s) for s in live])  # one pass per n_q
+        except Exception as err:
+            if len(live) > 1:  # one by one: the failure stays with its request (no state changed)
+                return [out for s in states for out in self.step([s])]
+            return [StepOutput(codes=self._empty, error=f"decode step failed: {err}") if s in live
+                    else StepOutput(codes=self._empty, final=True) for s in states]
+        of = {id(s): out for s, out in zip(live, logits)}
         outs = []
-        for s in states:  # one request after another (module docstring, "Batching"): a failure stays with its request
+        for s in states:
+            if id(s) not in of:  # the caller closes a request at its last output; never reached
+                outs.append(StepOutput(codes=self._empty, final=True))
+                continue
             try:
-                out = self._refine(s)
+                out = self._refine(s, of[id(s)])
                 outs.append(out if s.layout is None else replace(out, layout=s.layout))
             except Exception as err:
                 outs.append(StepOutput(codes=self._empty, error=f"decode step failed: {err}"))
@@ -236,15 +268,20 @@ class RealtimeRuntime(LunaParts):
         state.session = None  # its KV cache goes with it
         state.tokens = state.still = None
 
-    def _refine(self, s: RealtimeState) -> StepOutput:
-        """One refinement step of ``s``'s active block: ``stream.stream_blocks``'s inner loop body."""
-        if s.done or s.session is None:  # the caller closes a request at its last output; never reached
-            return StepOutput(codes=self._empty, final=True)
-        bk, Q, mask_id = self.block_size, self.grid.num_codebooks, self.grid.mask_id
-        if s.step == 0:  # a new block, all masked
-            s.tokens = torch.full((1, bk, Q), mask_id, dtype=torch.long)  # (1, B_k, Q)
+    def _block(self, s: RealtimeState) -> torch.Tensor:
+        """The active block of ``s`` as this step refines it, (R, B_k, Q); a new block starts all masked."""
+        assert s.session is not None
+        if s.step == 0:
+            s.tokens = torch.full((1, self.block_size, self.grid.num_codebooks), self.grid.mask_id,
+                                  dtype=torch.long)  # (1, B_k, Q)
             s.still = torch.zeros_like(s.tokens, dtype=torch.bool)
-        out = s.session.step(s.tokens.expand(s.session.num_rows, -1, -1))  # codes (R, B_k, Q, K), end (R, B_k)
+        assert s.tokens is not None
+        return s.tokens.expand(s.session.num_rows, -1, -1)
+
+    def _refine(self, s: RealtimeState, out: RealtimeLogits) -> StepOutput:
+        """One refinement step of ``s``'s active block from its logits (codes (R, B_k, Q, K), end (R, B_k)):
+        ``stream.stream_blocks``'s inner loop body after ``session.step``."""
+        assert s.tokens is not None and s.still is not None
         s.step += 1
         if s.step == 1:
             s.tokens, s.still = s.tokens.to(out.codes.device), s.still.to(out.codes.device)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from duet.tts.pace import Pace
 from duet.tts.sampling import SamplingParams
 
 
@@ -31,7 +32,8 @@ class SynthesisRequest:
     """One utterance to speak. ``reference`` (mono float32 at the codec's sample rate) asks for voice cloning from
     raw audio (the speech API's field); ``prompt`` is a prepared :class:`VoicePrompt` (``Speaker.voice_prompt``).
     ``emotion`` is one of ``duet.text.tokens.EMOTIONS`` (the speech API reads it from its ``instructions``,
-    ``duet.text.instructions``); the text may carry inline event tags such as ``[laughter]``."""
+    ``duet.text.instructions``); the text may carry inline event tags such as ``[laughter]``. ``pace`` holds the SSML
+pauses and rates of the text (``duet.tts.pace``), which a model with aligned text input lays into its durations."""
 
     text: str
     voice: str | None = None
@@ -40,3 +42,4 @@ class SynthesisRequest:
     reference: np.ndarray | None = field(default=None, repr=False)  # (S,)
     params: SamplingParams = SamplingParams()
     prompt: VoicePrompt | None = field(default=None, repr=False)
+    pace: Pace | None = None

@@ -1,9 +1,11 @@
 """The one shape every model family takes: a runtime that prefills requests once and advances them step by step.
 
-``duet speak`` (``duet.tts.speaker.Speaker``), the serving engine (``duet.serve.adapter.FamilyAdapter``) and so
-``duet eval`` drive the same :class:`FamilyRuntime` of a model, so one model, text and seed give the same frames in
-each by construction. A runtime turns a :class:`SynthesisRequest` into per-request state once (``prefill``) and
-then advances every running request by one step (``step``), returning the frames that became final:
+``duet speak`` (``duet.tts.speaker.Speaker``), the serving engine (``duet.serve.engine.Engine``) and so ``duet eval``
+drive the same :class:`FamilyRuntime` of a model, so one model, text and seed give the same frames in each by
+construction. The weightless mock (``duet.serve.mock``) and Gepard on vLLM (``duet.serve.vllm.engine``) implement
+the same protocol, so the engine drives them the same way. A runtime turns a :class:`SynthesisRequest` into
+per-request state once (``prefill``) and then advances every running request by one step (``step``), returning the
+frames that became final:
 
 - Gepard (autoregressive, ``duet.tts.gepard``): one step = one KV-cached decode step; each row yields one frame and
   its stop probability. The frame sampled at the step whose stop probability exceeds the request's
@@ -15,6 +17,8 @@ then advances every running request by one step (``step``), returning the frames
 What a step's output means is one rule for every caller (:func:`settle`). What every family refuses the same way
 (unknown voice, cloning, an emotion, speed, nucleus sampling) is checked once (:func:`check_request`), from the
 family's :class:`FamilyTraits`; a runtime's own ``check`` adds what only it knows (positions, predicted length).
+What a request costs (``step_cost``: the most steps it takes, and the positions each of them runs through the
+model for it) is the runtime's to say too: a serving engine prices a request by it (``duet.serve.cost``).
 
 A runtime whose frames follow a layout of its text (aligned text input) puts that layout on every output of the
 request (``StepOutput.layout``, which ``duet.tts.timestamps`` reads into word timings) and says so in its traits
@@ -61,36 +65,61 @@ class StepOutput:
 
 
 @dataclass(frozen=True)
+class StepCost:
+    """What a request costs a serving engine (``duet.serve.cost`` prices it): the most ``step`` calls it takes, and
+    the positions the model runs for it in each (its share of a batched step)."""
+
+    steps: int
+    positions: int
+
+
+@dataclass(frozen=True)
 class FamilyTraits:
-    """What a family can do, for the checks every family shares (:func:`check_request`)."""
+    """What a family can do, for the checks every family shares (:func:`check_request`). The two kinds of cloning
+    are the ones ``duet.families`` names: from a reference clip alone, and from a voice prompt (a clip and its
+    transcript, continued by infilling)."""
 
     voices: tuple[str, ...] = ("default",)  # built-in speakers; the first is the default
-    cloning: bool = False  # takes a raw reference clip (the speech API's ``reference_audio``)
-    voice_prompt: bool = False  # takes a prepared VoicePrompt (clip codes + transcript)
+    clone_from_audio: bool = False  # takes a raw reference clip (the speech API's ``reference_audio``)
+    clone_from_prompt: bool = False  # takes a prepared VoicePrompt (clip codes + transcript)
     speed: str | None = None  # None: takes a speed; else why it has none (the error message says it)
     nucleus: bool = False  # samples with top_p < 1
     steps: bool = False  # has refinement steps (``steps`` means something to it)
-    cloning_note: str = ""  # why a reference clip alone is refused, appended to the message
+    clone_from_audio_note: str = ""  # why a reference clip alone is refused, appended to the message
     emotions: tuple[str, ...] = ()  # the utterance-level emotions it takes (EMOTIONS); (): no emotion control
     emotion_note: str = ""  # why it takes none, appended to the message
     timings: bool = False  # its outputs carry a TextLayout: word timings from its own alignment
 
 
-class Stepped(Protocol):
-    """What a caller drives, whatever is behind it: bounds, prefill once, step, release (``settle`` reads a step)."""
+@runtime_checkable
+class FamilyRuntime(Protocol):
+    """A model, loaded: what it can do, its checks and bounds (asked by any thread, at admission), and its step
+    code (prefill once, step, release; called from one thread at a time, ``settle`` reads a step)."""
 
-    name: str
-    codec: Codec
+    name: str  # the model id (what the speech API's ``model`` names)
+    codec: Codec  # what its codes decode with (``Codec.stream_decoder``)
+    traits: FamilyTraits
     max_frames: int  # hard length bound of one request (the position budget)
     default_params: SamplingParams  # what a request samples with where it sets no field
     cache_bytes_per_position: int  # cache bytes one position of a request costs (all layers, keys and values)
 
+    def check(self, request: SynthesisRequest) -> None:
+        """Raise InvalidRequest for what only this family knows it cannot do (after :func:`check_common`)."""
+        ...
+
     def frame_bound(self, request: SynthesisRequest) -> int:
-        """The length bound of a request that sets no ``max_frames`` (at most ``max_frames``), e.g. from its text."""
+        """The length bound of a request that sets no ``max_frames``, e.g. from its text (callers cap it at
+        ``max_frames``)."""
         ...
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
         """Positions prefill takes for this request (text with service tokens, a prompt's frames)."""
+        ...
+
+    def step_cost(self, request: SynthesisRequest, frames: int) -> StepCost:
+        """What producing at most ``frames`` frames costs this request: one step per frame of an autoregressive
+        family, each running a position per cached row; the refinement steps of a diffusion family, each running
+        its rows' whole grid or block."""
         ...
 
     def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[Any]:
@@ -106,27 +135,7 @@ class Stepped(Protocol):
         ...
 
 
-@runtime_checkable
-class FamilyRuntime(Stepped, Protocol):
-    """A model family, loaded: what it can do (``traits``) and its own checks, besides its step code."""
-
-    traits: FamilyTraits
-
-    def check(self, request: SynthesisRequest) -> None:
-        """Raise InvalidRequest for what only this family knows it cannot do (after :func:`check_common`)."""
-        ...
-
-
-class Checked(Protocol):
-    """What :func:`check_request` reads of a model: its name, traits and own checks (a FamilyRuntime is one)."""
-
-    name: str
-    traits: FamilyTraits
-
-    def check(self, request: SynthesisRequest) -> None: ...
-
-
-def check_request(request: SynthesisRequest, runtime: Checked) -> None:
+def check_request(request: SynthesisRequest, runtime: FamilyRuntime) -> None:
     """The checks every family shares, then the runtime's own. Raises InvalidRequest naming the field."""
     check_common(request, runtime.name, runtime.traits)
     runtime.check(request)
@@ -136,10 +145,10 @@ def check_common(request: SynthesisRequest, name: str, traits: FamilyTraits) -> 
     """The checks every family shares, from its traits (cheap: no model runs)."""
     if not request.text.strip():
         raise InvalidRequest("the text is empty", param="input")
-    if request.reference is not None and not traits.cloning:
-        raise InvalidRequest(f"{name} cannot clone a voice from reference audio{traits.cloning_note}",
+    if request.reference is not None and not traits.clone_from_audio:
+        raise InvalidRequest(f"{name} cannot clone a voice from reference audio{traits.clone_from_audio_note}",
                              param="reference_audio", code="cloning_unsupported")
-    if request.prompt is not None and not traits.voice_prompt:
+    if request.prompt is not None and not traits.clone_from_prompt:
         raise InvalidRequest(f"{name} cannot clone a voice: it takes no voice prompt", param="prompt",
                              code="cloning_unsupported")
     if request.voice is not None and request.voice not in traits.voices:
@@ -152,6 +161,9 @@ def check_common(request: SynthesisRequest, name: str, traits: FamilyTraits) -> 
                              f"{request.speed}", param="speed")
     if request.speed != 1.0 and traits.speed is not None:
         raise InvalidRequest(f"{name} has no speed control: {traits.speed}; use speed 1", param="speed")
+    if request.pace is not None and request.pace.layout and not traits.timings:
+        raise InvalidRequest(f"{name} cannot lay out SSML pauses or rates inside a text: it has no aligned text input "
+                             "(a duration layout of its text)", param="input", code="ssml_unsupported")
     if request.params.top_p < 1.0 and not traits.nucleus:
         raise InvalidRequest(f"{name} samples with temperature and top_k only; top_p must be 1", param="top_p")
 
@@ -203,8 +215,9 @@ def restoring_generators(generators: Sequence[torch.Generator]) -> Iterator[None
 
 
 def plan_key(request: SynthesisRequest) -> Hashable:
-    """What a request's text plan depends on: its text, emotion, speed and voice prompt (not its sampling)."""
-    return request.text, request.emotion, request.speed, request.prompt  # a VoicePrompt hashes by identity
+    """What a request's text plan depends on: its text, emotion, speed, voice prompt and SSML pace (not its
+    sampling)."""
+    return request.text, request.emotion, request.speed, request.prompt, request.pace  # a VoicePrompt: by identity
 
 
 P = TypeVar("P")

@@ -23,7 +23,7 @@ from duet.limits import MAX_TOP_K
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request samples. ``max_frames=None`` means the adapter's own cap; ``seed=None`` a random seed.
+    """How one request samples. ``max_frames=None`` means the runtime's own bound; ``seed=None`` a random seed.
 
     Each family reads the fields that apply to it: Gepard all but ``steps``; Luna and Luna Realtime
     ``temperature``, ``top_k``, ``steps`` (Realtime: per block), ``cfg_scale``, ``max_frames`` and ``seed`` (they

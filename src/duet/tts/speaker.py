@@ -2,8 +2,8 @@
 (``duet.tts.runtime``) -> the codec's stream decoder -> audio.
 
 ``duet.load`` returns a :class:`Speaker` over the model's :class:`FamilyRuntime` (Gepard, Luna or Luna Realtime);
-``duet serve`` drives the same runtime through ``duet.serve.adapter.FamilyAdapter``, and both read a step's output
-with ``runtime.settle``, so one model, text and seed give the same frames spoken and served.
+``duet serve``'s engine (``duet.serve.engine``) drives the same runtime, and both read a step's output with
+``runtime.settle``, so one model, text and seed give the same frames spoken and served.
 
 Long text is split at sentence boundaries (``duet.text.sentences``) and each piece is generated on its own, with
 ``gap_seconds`` of silence between pieces; piece i samples with seed ``seed + i`` (a random seed when none is
@@ -28,6 +28,17 @@ frames or more: a Gepard frame, a Luna Realtime block, a Luna sentence); ``strea
 as chunks of their own; ``speak`` joins the same chunks, so ``speak(text).audio`` is the concatenation of
 ``stream(text)`` exactly.
 
+SSML (``duet.text.ssml``): a text that starts with ``<speak>`` is read as markup; its plain text is split into
+pieces as any other, and each piece's request carries its breaks and rates (``SynthesisRequest.pace``,
+``duet.tts.pace``), which an aligned model lays into its durations. A break where one piece ends and the next
+begins sizes the gap between them (the pause from the last word of one to the first word of the next is the break;
+``gap_seconds`` otherwise), and a break after the text's last word is silence after its audio.
+:meth:`requests` with ``pace`` speaks a piece already cut from a stream (``duet.tts.live``) with its marks.
+
+The parts of ``speak`` are public for callers that choose between makings of a piece (``duet.tts.verify``):
+:meth:`piece_chunks` makes one piece, :meth:`assemble` joins the chunks of every piece into the utterance
+(:meth:`join_pieces`: gaps, pauses and words).
+
 Word timings (``duet.tts.timestamps``), for a model whose frames follow a layout of its text (``has_timings``): each
 piece's words come from the layout its runtime hands out with every step and the frames the piece produced, and are
 placed in the utterance where the piece's audio starts (after the gaps before it). ``speak`` puts them on
@@ -39,10 +50,11 @@ Shape legend: K code streams of the codec, t frames, s samples.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -50,6 +62,8 @@ import torch
 from duet.errors import DuetError
 from duet.limits import SEED_LIMIT
 from duet.text.sentences import split_sentences
+from duet.text.ssml import read_text
+from duet.tts.pace import Pace, PacedPiece, gap_seconds, paced_pieces
 from duet.tts.request import SynthesisRequest, VoicePrompt
 from duet.tts.runtime import FamilyRuntime, check_common, settle
 from duet.tts.speech import Speech, silence
@@ -73,6 +87,8 @@ class Chunk:
     end: str | None  # None while the piece goes on; "stop" or "bound" on its last chunk (duet.finish)
     # on the last chunk of a timed piece: its words, in seconds from the piece's start (duet.tts.timestamps)
     words: tuple[WordTiming, ...] | None = None
+    # on the first chunk of a piece with an SSML pause before it: seconds of its audio before its first word
+    lead: float | None = None
 
 
 class Speaker:
@@ -105,13 +121,14 @@ class Speaker:
         return self.runtime.traits.timings
 
     @property
-    def supports_cloning(self) -> bool:
-        return self.runtime.traits.voice_prompt
+    def clone_from_prompt(self) -> bool:
+        """Whether ``prompt`` (a voice prompt: a clip and its transcript, ``voice_prompt``) is taken."""
+        return self.runtime.traits.clone_from_prompt
 
     @property
-    def clones_from_audio(self) -> bool:
+    def clone_from_audio(self) -> bool:
         """Whether ``voice_ref`` (a reference clip alone, no transcript) is taken."""
-        return self.runtime.traits.cloning
+        return self.runtime.traits.clone_from_audio
 
     def reference_audio(self, voice_ref: str | Path | np.ndarray | torch.Tensor,
                         sample_rate: int | None = None) -> np.ndarray:
@@ -129,7 +146,7 @@ class Speaker:
 
     def voice_prompt(self, audio: np.ndarray | torch.Tensor, text: str, sample_rate: int | None = None) -> VoicePrompt:
         """A reference clip (S,) and its transcript -> a prompt that ``speak(..., prompt=)`` clones (Luna §2.5)."""
-        if not self.supports_cloning:
+        if not self.clone_from_prompt:
             raise DuetError(f"{self.name} cannot clone a voice (no voice prompts)")
         return self.runtime.voice_prompt(audio, text, sample_rate)  # type: ignore[attr-defined]
 
@@ -148,15 +165,22 @@ class Speaker:
                  temperature: float | None = None, top_k: int | None = None, cfg_scale: float | None = None,
                  speed: float | None = None, steps: int | None = None, prompt: VoicePrompt | None = None,
                  voice_ref: str | Path | np.ndarray | torch.Tensor | None = None,
-                 voice_ref_rate: int | None = None, emotion: str | None = None) -> list[tuple[SynthesisRequest, int]]:
+                 voice_ref_rate: int | None = None, emotion: str | None = None,
+                 pace: Pace | None = None) -> list[tuple[SynthesisRequest, int]]:
         """One checked (request, seed) per piece of ``text``, each bounded by its family's frame bound; every piece
-        carries the same ``emotion``."""
+        carries the same ``emotion``. ``text`` is SSML when it starts with ``<speak>`` (``duet.text.ssml``); with
+        ``pace``, it is one piece already cut (a text stream's, ``duet.tts.pace.MarkedPieces``) spoken with those
+        marks, neither parsed nor split."""
         if steps is not None and not self.runtime.traits.steps:
             raise DuetError(f"{self.name} decodes one frame per step: steps applies to Luna models only")
         given = {k: v for k, v in (("temperature", temperature), ("top_k", top_k), ("cfg_scale", cfg_scale),
                                    ("steps", steps)) if v is not None}
         params = replace(self.runtime.default_params, **given)  # a bad value is a DuetError here
-        pieces = split_sentences(text, self.config.max_chars)
+        if pace is not None:
+            pieces = [PacedPiece(" ".join(text.split()), None if pace == Pace() else pace)] if text.strip() else []
+        else:
+            marked = read_text(text)  # SSML when it starts with <speak> (duet.text.ssml), else plain
+            pieces = paced_pieces(marked, split_sentences(marked.text, self.config.max_chars))
         if not pieces:
             raise DuetError("the text is empty")
         seed = random.SystemRandom().randrange(SEED_LIMIT // 2) if seed is None else seed
@@ -165,8 +189,8 @@ class Speaker:
         reference = None if voice_ref is None else self.reference_audio(voice_ref, voice_ref_rate)
         out = []
         for i, piece in enumerate(pieces):
-            request = SynthesisRequest(piece, voice=voice, speed=1.0 if speed is None else speed, params=params,
-                                       prompt=prompt, reference=reference, emotion=emotion)
+            request = SynthesisRequest(piece.text, voice=voice, speed=1.0 if speed is None else speed, params=params,
+                                       prompt=prompt, reference=reference, emotion=emotion, pace=piece.pace)
             check_common(request, self.name, self.runtime.traits)
             bounded = replace(request, params=replace(params, max_frames=self.runtime.frame_bound(request)))
             self.runtime.check(bounded)
@@ -178,55 +202,89 @@ class Speaker:
                **options: Any) -> Iterator[Chunk]:
         """Every piece's chunks in order; ``ended`` (if given) collects "stop" or "bound" per piece; with ``timed``
         each piece's last chunk carries its words (a model with timings)."""
-        return self._chunks(self.requests(text, **options), ended, timed)
+        requests = self.requests(text, **options)
+        return self._chunks(requests, ended, timed)
 
     def stream(self, text: str, *, ended: list[str] | None = None, words: list[WordTiming] | None = None,
                **options: Any) -> Iterator[np.ndarray]:
         """Audio chunks (float32 (s,)) as they are decoded, the gaps between pieces as chunks of their own;
         ``words`` (if given) collects each piece's words as it ends, in seconds of the stream (a model with
         timings; it stays empty for others)."""
-        return self._audio(self._chunks(self.requests(text, **options), ended, words is not None), words)
+        requests = self.requests(text, **options)
+        return self.join_pieces(requests, self._chunks(requests, ended, words is not None), words)
 
     def speak(self, text: str, **options: Any) -> Speech:
         """The whole utterance: the same chunks as ``stream``, joined, with the words' timings where the model has
         them. Options: ``voice``, ``seed``, ``temperature``, ``top_k``, ``cfg_scale``, ``speed``, ``steps``,
         ``prompt``, ``voice_ref``, ``voice_ref_rate`` and ``emotion`` (those the family takes)."""
         requests = self.requests(text, **options)
+        return self.assemble(requests, self._chunks(requests, None, self.has_timings))
+
+    def assemble(self, requests: list[tuple[SynthesisRequest, int]], chunks: Iterable[Chunk]) -> Speech:
+        """The utterance of ``requests`` (from :meth:`requests`) from its pieces' chunks, in order (each piece's
+        from :meth:`piece_chunks`, timed where the model has timings): gaps, pauses and words placed as ``speak``
+        places them."""
         ended: list[str] = []
+
+        def ends() -> Iterator[Chunk]:
+            for chunk in chunks:
+                if chunk.end is not None:
+                    ended.append(chunk.end)
+                yield chunk
+
         words: list[WordTiming] | None = [] if self.has_timings else None
-        parts = list(self._audio(self._chunks(requests, ended, words is not None), words))
+        parts = list(self.join_pieces(requests, ends(), words))
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         return Speech(audio.astype(np.float32), self.sample_rate, tuple(r.text for r, _ in requests), tuple(ended),
                       None if words is None else tuple(words))
 
     def _chunks(self, requests: list[tuple[SynthesisRequest, int]], ended: list[str] | None,
                 timed: bool = False) -> Iterator[Chunk]:
+        # a pause between pieces is sized from the words on either side (duet.tts.pace.gap_seconds)
+        timed = timed or any(r.pace is not None and (r.pace.before or r.pace.after) for r, _ in requests)
         for i, (request, seed) in enumerate(requests):
-            for chunk in self._piece(i, request, seed, timed):
+            for chunk in self.piece_chunks(i, request, seed, timed):
                 if chunk.end is not None and ended is not None:
                     ended.append(chunk.end)
                 yield chunk
 
-    def _audio(self, chunks: Iterator[Chunk], words: list[WordTiming] | None = None) -> Iterator[np.ndarray]:
-        """The chunks' audio with a gap before each piece after the first; ``words`` collects each piece's words
-        placed where its audio starts."""
-        gap = silence(self.config.gap_seconds, self.sample_rate)
+    def join_pieces(self, requests: list[tuple[SynthesisRequest, int]], chunks: Iterator[Chunk],
+               words: list[WordTiming] | None = None) -> Iterator[np.ndarray]:
+        """The chunks' audio (each piece's from :meth:`piece_chunks`, in order) with a gap before each piece after
+        the first (sized by an SSML pause there: ``duet.tts.pace.gap_seconds``) and the silence of a pause after a
+        piece; ``words`` collects each piece's words placed where its audio starts. ``requests`` may grow while
+        the chunks come (a text stream's pieces): a piece's request is read when its first chunk arrives."""
+        rate = self.sample_rate
         piece, samples, start = 0, 0, 0  # samples yielded so far; the first sample of the current piece
+        trail = 0.0  # seconds of the piece before after its last word
         for chunk in chunks:
             if chunk.piece != piece:
                 piece = chunk.piece
+                pace = requests[piece][0].pace
+                seconds = self.config.gap_seconds
+                if pace is not None and pace.before:
+                    seconds = gap_seconds(pace.before, trail, chunk.lead or 0.0)
+                gap = silence(seconds, rate)
                 yield gap
                 samples += len(gap)
                 start = samples
             if chunk.audio.numel():
                 samples += chunk.audio.numel()
                 yield chunk.audio.numpy()
-            if words is not None and chunk.words is not None:
-                words.extend(shifted(chunk.words, start / self.sample_rate))
+            if chunk.words is not None:
+                trail = (samples - start) / rate - (chunk.words[-1].end if chunk.words else 0.0)
+                if words is not None:
+                    words.extend(shifted(chunk.words, start / rate))
+            pace = requests[chunk.piece][0].pace
+            if chunk.end is not None and pace is not None and pace.after:
+                after = silence(gap_seconds(pace.after, trail, 0.0), rate)
+                samples += len(after)
+                yield after
 
-    def _piece(self, index: int, request: SynthesisRequest, seed: int, timed: bool = False) -> Iterator[Chunk]:
-        """One piece: prefill, then steps until ``settle`` ends it; frames go through the stream decoder. With
-        ``timed``, its last chunk carries its words, read from the layout its steps hand out."""
+    def piece_chunks(self, index: int, request: SynthesisRequest, seed: int, timed: bool = False) -> Iterator[Chunk]:
+        """One piece (``index`` of the text): prefill, then steps until ``settle`` ends it; frames go through the
+        stream decoder. With ``timed``, its last chunk carries its words, read from the layout its steps hand
+        out; with an SSML pause before it, its first chunk carries its lead."""
         runtime, params = self.runtime, request.params
         bound = params.max_frames
         assert bound is not None  # requests() sets it
@@ -234,6 +292,7 @@ class Speaker:
         state = runtime.prefill([request], [seed])[0]
         produced, pending = 0, []
         layout: TextLayout | None = None
+        lead = request.pace is not None and request.pace.before > 0
         try:
             while True:
                 out = runtime.step([state])[0]
@@ -253,10 +312,14 @@ class Speaker:
                     if end is not None:
                         parts.append(decoder.flush()[0])
                 audio = torch.cat(parts).float().cpu() if parts else torch.zeros(0)
-                words = None
+                words, first = None, None
                 if end is not None and timed and layout is not None:
                     words = piece_words(layout, produced, self.codec.frame_rate)
-                yield Chunk(index, codes, audio, end, words)
+                if lead:
+                    lead = False
+                    whole = piece_words(layout, math.inf, self.codec.frame_rate) if layout is not None else ()
+                    first = whole[0].start if whole else 0.0
+                yield Chunk(index, codes, audio, end, words, first)
                 if end is not None:
                     return
         finally:

@@ -86,18 +86,24 @@ def shifted(words: Sequence[WordTiming], seconds: float) -> tuple[WordTiming, ..
                  for w in words)
 
 
-def piece_words(layout: TextLayout, frames: int, frame_rate: float) -> tuple[WordTiming, ...]:
-    """The words of one piece, in seconds from the start of its audio, which holds ``frames`` frames."""
+def clipped(words: Sequence[WordTiming], seconds: float) -> tuple[WordTiming, ...]:
+    """``words`` with every time past ``seconds`` moved back to it: what :func:`piece_words` gives for audio of
+    that length, from the words of the whole layout (``frames`` infinite)."""
+    def clip(t: float) -> float:
+        return min(t, seconds)
+
+    return tuple(replace(w, start=clip(w.start), end=clip(w.end),
+                         phones=tuple(replace(p, start=clip(p.start), end=clip(p.end)) for p in w.phones))
+                 for w in words)
+
+
+def piece_words(layout: TextLayout, frames: float, frame_rate: float) -> tuple[WordTiming, ...]:
+    """The words of one piece, in seconds from the start of its audio, which holds ``frames`` frames (``math.inf``:
+    the whole layout, unclipped)."""
     wmap = word_map(layout.text, layout.tokenizer, layout.language)
     if wmap is None:
         return ()
-    first = _text_start(layout.ids, wmap.ids)
-    ends, total = [], 0.0  # ends[k]: where wrapped token k ends, in frames of the generated audio
-    for d in layout.durations:
-        total += d
-        ends.append(total - layout.offset)
-    bounds = [(ends[first + j - 1], ends[first + j]) for j in range(len(wmap.offsets))]
-    times = character_times(wmap.surface, wmap.offsets, bounds, ends[first - 1])
+    times, first = character_frames(wmap, layout.ids, layout.durations, layout.offset)
     owner = _token_of_character(wmap)
 
     def spoken_here(chars: list[int]) -> bool:  # not all in the voice prompt's transcript
@@ -150,7 +156,20 @@ def phone_groups(surface: str, chars: Sequence[int]) -> list[tuple[str, int, int
     return [("".join(surface[i] for i in g), g[0], g[-1]) for g in groups]
 
 
-def _text_start(wrapped: Sequence[int], text_ids: Sequence[int]) -> int:
+def character_frames(wmap: WordMap, ids: Sequence[int], durations: Sequence[float],
+                     offset: float = 0.0) -> tuple[list[tuple[float, float]], int]:
+    """Wrapped ids (S,) laid out by ``durations`` (S,) -> each surface character's (start, end) in frames of the
+    generated audio (``offset`` frames of the layout come before it), and where the text's own ids begin."""
+    first = text_start(ids, wmap.ids)
+    ends, total = [], 0.0  # ends[k]: where wrapped token k ends, in frames of the generated audio
+    for d in durations:
+        total += d
+        ends.append(total - offset)
+    bounds = [(ends[first + j - 1], ends[first + j]) for j in range(len(wmap.offsets))]
+    return character_times(wmap.surface, wmap.offsets, bounds, ends[first - 1]), first
+
+
+def text_start(wrapped: Sequence[int], text_ids: Sequence[int]) -> int:
     """Where the text's own ids begin in the wrapped ids (after SOT and any instruction token)."""
     n = len(text_ids)
     for k in range(1, len(wrapped) - n + 1):

@@ -12,7 +12,7 @@ by its import string, so vLLM imports ``duet.serve.vllm.model`` (and torch / vLL
 ``model``    GepardForVLLM: vLLM's Qwen3Model + audio interface + heads; frame-slot ids in, head logits out
 ``sampler``  GepardFrameSampler: the per-step 32-channel sampling and stop decision, as a vLLM logits processor
 ``frames``   the frame bank: how a 32-channel frame rides through vLLM as one token id
-``engine``   GepardVLLM (prompt embeddings, stepping, frames back) and the adapter for ``duet serve --engine vllm``
+``engine``   GepardVLLM (prompt embeddings, stepping, frames back) and the runtime for ``duet serve --engine vllm``
 ``voice``    VoicePrefix: a cloning model's voice compressor, run in the client (a clip -> K prompt embeddings)
 ``run``      ``python -m duet.serve.vllm.run``: frames of a batch of requests as JSON (the integration test's probe)
 

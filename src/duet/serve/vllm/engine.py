@@ -1,4 +1,4 @@
-"""Gepard on vLLM from duet's side: prompt embeddings in, frames out, and the adapter behind ``duet serve
+"""Gepard on vLLM from duet's side: prompt embeddings in, frames out, and the runtime behind ``duet serve
 --engine vllm``.
 
 :class:`GepardVLLM` owns one vLLM ``LLMEngine`` for a model (a shipped name, a duet Gepard checkpoint, exported
@@ -43,10 +43,11 @@ from typing import Any, Sequence
 import torch
 
 from duet.errors import DuetError, MissingDependency
-from duet.serve.adapter import StepOutput, SynthesisRequest
 from duet.serve.errors import InvalidRequest
 from duet.serve.scheduler import SchedulerConfig
 from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, AlignedTables, FrameBank, create_bank_file
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import StepCost, StepOutput
 from duet.tts.sampling import SamplingParams
 
 
@@ -324,10 +325,10 @@ class _State:
     vreq: VLLMRequest
 
 
-class VLLMGepardAdapter:
-    """``duet.serve.adapter.ModelAdapter`` over :class:`GepardVLLM`: duet's engine admits, streams and cancels;
-    each duet engine step is one vLLM step for every running request. A model with the voice compressor clones
-    from a request's reference clip (its prefix is computed here, in prefill, with the served codec)."""
+class VLLMGepardRuntime:
+    """Implements ``duet.tts.runtime.FamilyRuntime`` over :class:`GepardVLLM`: duet's engine admits, streams and
+    cancels; each duet engine step is one vLLM step for every running request. A model with the voice compressor
+    clones from a request's reference clip (its prefix is computed here, in prefill, with the served codec)."""
 
     cache_bytes_per_position = 0  # vLLM owns the KV cache and its budget; duet only bounds concurrency
 
@@ -337,14 +338,14 @@ class VLLMGepardAdapter:
         from duet.tts.gepard import GepardRuntimeConfig
         from duet.tts.runtime import FamilyTraits
 
-        self.vllm, self.codec, self.voices = vllm, codec, voices
+        self.vllm, self.codec = vllm, codec
         self.name = name or vllm.files.source.name  # the model id clients send: the directory's name, as built-in
         self.default_params = GepardRuntimeConfig().params  # the built-in engine's Gepard defaults
         no_speed = None if vllm.layout is not None else "it has no duration predictor (no aligned text input)"
-        self.supports_cloning = vllm.voice is not None
-        self.traits = FamilyTraits(voices=voices, speed=no_speed, nucleus=True, cloning=self.supports_cloning,
-                                   cloning_note=": it has no voice compressor (train one with duet train gepard "
-                                                "--voice-prefix)")
+        self.traits = FamilyTraits(voices=voices, speed=no_speed, nucleus=True,
+                                   clone_from_audio=vllm.voice is not None,
+                                   clone_from_audio_note=": it has no voice compressor (train one with duet train "
+                                                         "gepard --voice-prefix)")
         self.fsq = GroupFSQ(FSQConfig())
         if tuple(self.fsq.config.channel_levels) != vllm.levels:
             raise DuetError("the FSQ packing does not match the model's channel levels")
@@ -353,11 +354,6 @@ class VLLMGepardAdapter:
                             f"{self.fsq.config.num_groups} groups")
         self._bound = SamplingConfig()
         self.max_frames = min(self._bound.max_frames, vllm.max_model_len - 4)
-
-    def validate(self, request: SynthesisRequest) -> None:
-        from duet.tts.runtime import check_request
-
-        check_request(request, self)  # the checks every family shares, then check() below
 
     def check(self, request: SynthesisRequest) -> None:
         """What only this path knows: no guidance, a clip the codec can encode, the predicted length and vLLM's
@@ -385,6 +381,9 @@ class VLLMGepardAdapter:
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
         return self.vllm.num_prefix + len(self.vllm.encode(request))  # [prefix | text ending in SOS]
+
+    def step_cost(self, request: SynthesisRequest, frames: int) -> StepCost:
+        return StepCost(frames, 1)  # one vLLM step per frame, as the built-in runtime (no CFG here)
 
     def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[_State]:
         states = []
@@ -414,16 +413,16 @@ class VLLMGepardAdapter:
         self.vllm.close()
 
 
-def load_vllm_adapter(model: str, codec: str | None = None, config: VLLMConfig = VLLMConfig(),
-                      name: str | None = None) -> VLLMGepardAdapter:
+def load_vllm_runtime(model: str, codec: str | None = None, config: VLLMConfig = VLLMConfig(),
+                      name: str | None = None) -> VLLMGepardRuntime:
     """``duet serve --engine vllm``: the engine for a model (see :class:`GepardVLLM`), its codec (by name or
-    directory; default the one it was trained with), served as ``name`` (default the directory's name, as the
-    built-in engine's ``load_adapter``)."""
+    directory; default the one it was trained with), served as ``name`` (default the directory's name, as
+    ``duet.tts.load_runtime`` names a built-in one)."""
     from duet.codecs import load
 
     engine = GepardVLLM(model, config)
     try:
-        return VLLMGepardAdapter(engine, load(codec or engine.trained_codec), name=name)
+        return VLLMGepardRuntime(engine, load(codec or engine.trained_codec), name=name)
     except BaseException:
         engine.close()
         raise

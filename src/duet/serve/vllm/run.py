@@ -26,8 +26,8 @@ NOT_SAMPLING = ("text", "bound", "speed", "reference")  # the request fields tha
 def main(argv: list[str] | None = None) -> int:
     from duet.audio import load_audio
     from duet.codecs import load as load_codec
-    from duet.serve.adapter import SynthesisRequest
     from duet.serve.vllm.engine import GepardVLLM, VLLMConfig
+    from duet.tts.request import SynthesisRequest
     from duet.tts.sampling import SamplingParams
 
     p = argparse.ArgumentParser(description="Gepard frames through vLLM, as JSON")

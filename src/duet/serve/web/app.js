@@ -15,6 +15,11 @@
 // base64 16-bit mono WAV) instead of a voice name. "Type and hear" sessions take no clip, so that mode is off
 // while one is set.
 //
+// Word highlighting: for a model with word timings (`timestamps` in /v1/audio/voices) the request asks for them
+// (`timestamps: true`); each `speech.audio.timestamps` event adds its words under the text box, and each word is
+// highlighted while its audio plays: its start and end (seconds of the audio) are placed on the AudioContext's clock
+// through the times the player scheduled each chunk at, so an underrun's delay moves the highlight with the sound.
+//
 // "Type and hear" mode: a WebSocket session on /v1/audio/speech/stream (duet/serve/text_stream.py). Text typed at
 // the end of the box is sent as deltas while you type; the server speaks each sentence or clause as soon as it is
 // complete, sending binary 16-bit PCM that plays through the same StreamPlayer; Speak sends the end of input.
@@ -30,6 +35,8 @@ const duet = (window.duet = {
   state: "loading", // loading | idle | streaming | done | stopped | error
   samples: 0, chunks: 0, sampleRate: 0, ttfaMs: null, underruns: 0, wavBytes: 0,
   finishReason: null, error: null, pieces: [],
+  timings: false, // the model reports word timings
+  words: [], // { word, start, end } of the utterance, as the timestamps events brought them
   cloning: false, // the model clones from a reference clip
   clip: "none", // none | reading | recording | ready | error
   reference: null, // the clip that requests send: { source, name, seconds, bytes }
@@ -84,6 +91,15 @@ class StreamPlayer {
     this.rate = rate;
     this.next = 0;
     this.sources = new Set();
+    this.marks = []; // { at, from, n }: chunk i's n samples, from sample `from` of the stream, start at `at`
+    this.played = 0;
+  }
+
+  // Seconds of the stream -> the AudioContext time they play at; null until that audio is scheduled.
+  timeAt(seconds) {
+    const s = seconds * this.rate;
+    for (const m of this.marks) if (s >= m.from && s <= m.from + m.n) return m.at + (s - m.from) / this.rate;
+    return null;
   }
 
   play(pcm) {
@@ -100,6 +116,8 @@ class StreamPlayer {
       this.next = now + LEAD_S;
     }
     src.start(this.next);
+    this.marks.push({ at: this.next, from: this.played, n: pcm.length });
+    this.played += pcm.length;
     this.next += buffer.duration;
     this.sources.add(src);
     src.onended = () => this.sources.delete(src);
@@ -117,12 +135,36 @@ let player = null;
 let wavUrl = null;
 let clip = null; // the ReferenceClip (clip.js) of a model that clones from a clip
 let clipUrl = null;
+let wordEls = []; // the <span> of each word of duet.words
 
 function showStats() {
   $("ttfa").textContent = duet.ttfaMs === null ? "-" : `${duet.ttfaMs.toFixed(0)} ms`;
   const seconds = duet.sampleRate ? (duet.samples / duet.sampleRate).toFixed(2) : "0";
   $("received").textContent = `${duet.samples} samples (${seconds} s) in ${duet.chunks} chunks`;
   $("underruns").textContent = String(duet.underruns);
+}
+
+function showWords(words) {
+  for (const w of words) {
+    const el = document.createElement("span");
+    el.textContent = w.word;
+    $("words").append(el, " ");
+    duet.words.push({ word: w.word, start: w.start, end: w.end });
+    wordEls.push(el);
+  }
+  $("words").hidden = false;
+}
+
+// Marks the word whose audio is playing now; runs once per animation frame while audio plays.
+function highlight() {
+  if (!player) return;
+  const now = ctx.currentTime;
+  duet.words.forEach((w, i) => {
+    const a = player.timeAt(w.start);
+    const b = player.timeAt(w.end);
+    wordEls[i].classList.toggle("now", a !== null && b !== null && now >= a && now < b);
+  });
+  if (duet.state === "streaming" || player.sources.size) requestAnimationFrame(highlight);
 }
 
 function offerDownload(chunks) {
@@ -147,12 +189,16 @@ async function speak(event) {
   ctx = ctx || new AudioContext();
   ctx.resume();
   Object.assign(duet, { samples: 0, chunks: 0, ttfaMs: null, underruns: 0, wavBytes: 0, finishReason: null,
-                        error: null });
+                        error: null, words: [] });
   $("download").hidden = true;
   $("stop").disabled = false;
+  $("words").replaceChildren();
+  $("words").hidden = true;
+  wordEls = [];
   showStats();
   const body = { model: $("model").value, voice: $("voice").value, input: text, response_format: "pcm",
                  stream_format: "sse" };
+  if (duet.timings) body.timestamps = true;
   if (clip?.clip) {
     body.reference_audio = clip.clip.base64; // the cloned voice replaces the named one
     delete body.voice;
@@ -171,6 +217,7 @@ async function speak(event) {
     }
     duet.sampleRate = Number(r.headers.get("X-Sample-Rate")) || duet.sampleRate;
     player = new StreamPlayer(ctx, duet.sampleRate);
+    requestAnimationFrame(highlight);
     for await (const ev of sseEvents(r.body)) {
       if (ev.type === "speech.audio.delta") {
         const pcm = pcmFromBase64(ev.audio);
@@ -180,6 +227,8 @@ async function speak(event) {
         duet.chunks++;
         player.play(pcm);
         showStats();
+      } else if (ev.type === "speech.audio.timestamps") {
+        showWords(ev.words);
       } else if (ev.type === "speech.audio.done") {
         duet.finishReason = ev.duet?.finish_reason ?? null;
       } else if (ev.type === "error") {
@@ -375,6 +424,7 @@ async function chooseModel() {
   fill($("voice"), voices.data.map((v) => v.id));
   duet.sampleRate = voices.sample_rate;
   duet.cloning = voices.cloning;
+  duet.timings = Boolean(voices.timestamps);
   $("cloning").hidden = !voices.cloning;
   clip.rate = voices.sample_rate;
   clip.clear();

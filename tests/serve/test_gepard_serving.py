@@ -1,4 +1,5 @@
-"""Gepard's runtime behind the serving adapter on a micro GepardModel with random weights: batched KV-cached decoding is exact.
+"""Gepard's runtime served by the engine, on a micro GepardModel with random weights: batched KV-cached decoding is
+exact.
 
 Greedy decoding removes sampling from the comparison, so the served frames must equal the offline sampler's
 (``duet.gepard.generate``) for each request, alone or batched with others that join at different steps.
@@ -14,11 +15,12 @@ from duet.gepard.config import GepardConfig, with_aligned_input
 from duet.gepard.generate import SamplingConfig, generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.nn.backbone import BackboneConfig
-from duet.serve.adapter import FamilyAdapter, SynthesisRequest
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
 from duet.serve.mock import MockCodec
 from duet.tts.gepard import GepardRuntime, GepardRuntimeConfig
+from duet.tts.request import SynthesisRequest
+from duet.tts.runtime import check_request
 from duet.tts.sampling import SamplingParams
 
 SOT, EOT, SOS = 61, 62, 63  # test-only service ids inside the micro vocabulary
@@ -51,9 +53,9 @@ def model(request):
     return micro_model().to(request.param)
 
 
-def adapter_for(model, **config) -> FamilyAdapter:
+def runtime_for(model, **config) -> GepardRuntime:
     config = {"max_frames": 64, **config}
-    return FamilyAdapter(GepardRuntime(model, packed_codec(), encode, "micro", GepardRuntimeConfig(**config)))
+    return GepardRuntime(model, packed_codec(), encode, "micro", GepardRuntimeConfig(**config))
 
 
 def greedy(text: str) -> SynthesisRequest:
@@ -68,20 +70,20 @@ def offline(model, text: str) -> torch.Tensor:
     return GroupFSQ(FSQConfig()).fold(result.codes.cpu())[0]  # (G, T)
 
 
-def run(adapter, requests_at: dict[int, SynthesisRequest]) -> dict[int, torch.Tensor]:
+def run(runtime, requests_at: dict[int, SynthesisRequest]) -> dict[int, torch.Tensor]:
     """Drive prefill/step like the engine, admitting request i at step requests_at key."""
     states, frames, step = {}, {}, 0
     while len(frames) < len(requests_at) or any(len(f) < FRAMES for f in frames.values()):
         for at, request in requests_at.items():
             if at == step:
-                states[at] = adapter.prefill([request], [0])[0]
+                states[at] = runtime.prefill([request], [0])[0]
                 frames[at] = []
         live = [k for k in states if len(frames[k]) < FRAMES]
         if live:
-            for k, out in zip(live, adapter.step([states[k] for k in live])):
+            for k, out in zip(live, runtime.step([states[k] for k in live])):
                 frames[k].append(out.codes)
                 if len(frames[k]) == FRAMES:
-                    adapter.release(states[k])  # its slot is reused (stale contents and all) by later requests
+                    runtime.release(states[k])  # its slot is reused (stale contents and all) by later requests
         step += 1
     return {k: torch.cat(v, dim=-1) for k, v in frames.items()}
 
@@ -89,11 +91,11 @@ def run(adapter, requests_at: dict[int, SynthesisRequest]) -> dict[int, torch.Te
 def test_served_greedy_frames_equal_the_offline_sampler(model):
     texts = ["hello", "a much longer sentence here", "mid"]
     expected = [offline(model, t) for t in texts]
-    adapter = adapter_for(model)
-    alone = run(adapter, {0: greedy(texts[0])})
+    runtime = runtime_for(model)
+    alone = run(runtime, {0: greedy(texts[0])})
     assert torch.equal(alone[0], expected[0])
-    batched = run(adapter, {0: greedy(texts[0]), 3: greedy(texts[1]), 7: greedy(texts[2])})
-    assert adapter.runtime.pool.kv.shape[2] == 4  # slots were reused, not only added
+    batched = run(runtime, {0: greedy(texts[0]), 3: greedy(texts[1]), 7: greedy(texts[2])})
+    assert runtime.pool.kv.shape[2] == 4  # slots were reused, not only added
     for i in range(3):
         assert torch.equal(batched[[0, 3, 7][i]], expected[i]), f"request {i} changed when batched"
 
@@ -108,12 +110,12 @@ def test_sampled_frames_of_one_seed_are_the_same_offline_and_served(model):
         config = SamplingConfig(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES,
                                 margin_frames=FRAMES, seed=seed)
         expected.append(GroupFSQ(FSQConfig()).fold(generate(model, prompt, config=config).codes.cpu())[0])
-    adapter = adapter_for(model)
+    runtime = runtime_for(model)
     params = SamplingParams(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES)
-    states = adapter.prefill([SynthesisRequest(text=t, params=params) for t in texts], seeds)  # one batch
+    states = runtime.prefill([SynthesisRequest(text=t, params=params) for t in texts], seeds)  # one batch
     frames = [[], []]
     for _ in range(FRAMES):
-        for k, out in enumerate(adapter.step(states)):
+        for k, out in enumerate(runtime.step(states)):
             frames[k].append(out.codes)
     for k in range(2):
         assert torch.equal(torch.cat(frames[k], dim=-1), expected[k]), f"request {k} differs from duet speak's"
@@ -125,24 +127,24 @@ def test_aligned_model_serves_the_frames_of_the_offline_sampler():
     model = micro_model(aligned=True)
     texts = ["hello", "a much longer sentence here", "mid"]
     expected = [offline(model, t) for t in texts]
-    batched = run(adapter_for(model), {0: greedy(texts[0]), 2: greedy(texts[1]), 5: greedy(texts[2])})
+    batched = run(runtime_for(model), {0: greedy(texts[0]), 2: greedy(texts[1]), 5: greedy(texts[2])})
     for i in range(3):
         assert torch.equal(batched[[0, 2, 5][i]], expected[i]), f"request {i} changed when batched"
 
 
 def test_cache_stays_within_the_reservation(model):
-    adapter = adapter_for(model)
+    runtime = runtime_for(model)
     request = greedy("abc")
-    state = adapter.prefill([request], [0])[0]
+    state = runtime.prefill([request], [0])[0]
     for _ in range(FRAMES):
-        adapter.step([state])
-    assert state.rows[0].length == adapter.prompt_positions(request) + FRAMES == adapter.runtime.pool.kv.shape[4]
-    assert adapter.cache_bytes_per_position == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 kv heads, hd 16, fp32
+        runtime.step([state])
+    assert state.rows[0].length == runtime.prompt_positions(request) + FRAMES == runtime.pool.kv.shape[4]
+    assert runtime.cache_bytes_per_position == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 kv heads, hd 16, fp32
 
 
 def test_engine_serves_gepard_with_stop_and_bound(model):
-    adapter = adapter_for(model)
-    with Engine(adapter) as engine:
+    runtime = runtime_for(model)
+    with Engine(runtime) as engine:
         bounded = engine.submit(greedy("bounded")).collect()[1]
         eager = engine.submit(SynthesisRequest(text="stop", params=SamplingParams(stop_threshold=0.01, seed=1)))
         stopped = eager.collect()[1]
@@ -151,13 +153,13 @@ def test_engine_serves_gepard_with_stop_and_bound(model):
 
 
 def test_what_gepard_cannot_do_yet_is_a_clear_400(model):
-    adapter = adapter_for(model)
+    runtime = runtime_for(model)
     for request in (SynthesisRequest(text="x", voice="nobody"), SynthesisRequest(text="x", emotion="sad"),
                     SynthesisRequest(text="x", speed=2.0),
                     SynthesisRequest(text="x", reference=torch.zeros(10).numpy()),
                     SynthesisRequest(text="x" * 600)):
         with pytest.raises(InvalidRequest):
-            adapter.validate(request)
+            check_request(request, runtime)
 
 
 def test_gepard_through_the_http_api(model):
@@ -165,7 +167,7 @@ def test_gepard_through_the_http_api(model):
 
     from duet.serve.api import create_app
 
-    with TestClient(create_app(Engine(adapter_for(model)))) as client:
+    with TestClient(create_app(Engine(runtime_for(model)))) as client:
         r = client.post("/v1/audio/speech", json={"model": "micro", "input": "hi", "response_format": "pcm",
                                                   "max_frames": 5, "stop_threshold": 0.999, "seed": 1})
         assert r.status_code == 200 and len(r.content) == 5 * 320 * 2
@@ -176,26 +178,26 @@ def test_served_defaults_are_what_duet_speak_samples_with(model, tmp_path):
     import duet
     from checkpoint_testing import write_tiny_gepard
     from duet.gepard.generate import SPEAK_SAMPLING
-    from duet.serve.adapter import load_adapter
+    from duet.tts import load_runtime
 
-    params = adapter_for(model).default_params
+    params = runtime_for(model).default_params
     assert (params.temperature, params.top_k) == (SPEAK_SAMPLING.temperature, SPEAK_SAMPLING.top_k) != (1.0, 0)
     model_dir = write_tiny_gepard(tmp_path)
-    assert load_adapter(str(model_dir)).default_params == duet.load(model_dir).runtime.default_params
+    assert load_runtime(str(model_dir)).default_params == duet.load(model_dir).runtime.default_params
 
 
 def test_aligned_model_refuses_a_text_longer_than_one_request_holds():
     """An aligned model predicts its length: a text that would run past the frame bound is a clear 400, never a
     silently cut WAV."""
     model = micro_model(aligned=True)
-    adapter = adapter_for(model, margin_frames=0)
+    runtime = runtime_for(model, margin_frames=0)
     ids = torch.tensor([encode("x" * 40)])
     predicted = float(model.duration.predict(ids, torch.tensor([ids.shape[1]])).sum())
     assert predicted > 0
     fits = int(64 / predicted * 40 * 0.5)  # about half the bound
-    adapter.validate(SynthesisRequest(text="x" * max(fits, 1)))
+    check_request(SynthesisRequest(text="x" * max(fits, 1)), runtime)
     with pytest.raises(InvalidRequest, match="split it into shorter requests") as err:
-        adapter.validate(SynthesisRequest(text="x" * 200))
+        check_request(SynthesisRequest(text="x" * 200), runtime)
     assert err.value.code == "context_length_exceeded"
 
 
@@ -207,24 +209,24 @@ def test_aligned_model_refuses_a_text_that_would_end_within_the_margin_of_its_bo
     ids = torch.tensor([encode(text)])
     predicted = float(model.duration.predict(ids, torch.tensor([ids.shape[1]])).sum())
     just_over = math.ceil(predicted) + 1  # a bound the prediction fits, without room to end late
-    tight = adapter_for(model, max_frames=just_over, margin_frames=5)
+    tight = runtime_for(model, max_frames=just_over, margin_frames=5)
     with pytest.raises(InvalidRequest, match="margin") as err:
-        tight.validate(SynthesisRequest(text=text))
+        check_request(SynthesisRequest(text=text), tight)
     assert err.value.code == "context_length_exceeded"
-    roomy = adapter_for(model, max_frames=just_over + 5, margin_frames=5)
-    roomy.validate(SynthesisRequest(text=text))
+    roomy = runtime_for(model, max_frames=just_over + 5, margin_frames=5)
+    check_request(SynthesisRequest(text=text), roomy)
 
 
 def test_a_text_past_the_models_positions_is_refused_before_the_duration_model_runs(monkeypatch):
     """The duration model costs the square of the text (a 4,000-digit number is 21,000 tokens: 20 s of CPU on
     gepard-tiny); a text that cannot fit the model's positions is refused without it."""
     model = micro_model(aligned=True)
-    adapter = adapter_for(model)
+    runtime = runtime_for(model)
 
     def never(*args, **kwargs):
         raise AssertionError("the duration model ran")
 
     monkeypatch.setattr(model.duration, "predict", never)
     with pytest.raises(InvalidRequest, match="positions") as err:
-        adapter.validate(SynthesisRequest(text="x" * 600))  # 603 prompt positions, the micro model has 512
+        check_request(SynthesisRequest(text="x" * 600), runtime)  # 603 prompt positions, the micro model has 512
     assert err.value.code == "context_length_exceeded"

@@ -1,0 +1,89 @@
+"""What ``duet speak --verify`` buys and costs: sentences with a word error, WER and wall time, with and without.
+
+N held-out sentences (the joe preset's test split, ``timestamps_bench.held_out_sentences``), each spoken by the
+model with seed ``--seed`` + i, once as ``speak`` makes it and once through ``duet.tts.verify.verified_speech``
+with Whisper (``duet.eval.clip_scorer.ClipScorer``, the recogniser ``duet speak --verify`` uses): a piece heard with
+a WER above ``--max-wer`` is made again (sampled: retries of a greedy model sample) up to ``--tries`` makings.
+Both are scored by the same Whisper against the sentence. That is also the recogniser verification selected with,
+so the "after" numbers are what a listener gets only as far as Whisper tiny.en stands in for a listener.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/verify_bench.py --model gepard-tiny --n 40 --tries 3 --threads 1 \\
+        --out benchmarks/results/verify_bench.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from timestamps_bench import held_out_sentences
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="gepard-tiny")
+    p.add_argument("--n", type=int, default=40)
+    p.add_argument("--tries", type=int, default=3)
+    p.add_argument("--max-wer", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+
+    import torch
+
+    import duet
+    from duet.eval.clip_scorer import ClipScorer
+    from duet.eval.wer import aggregate, word_error
+    from duet.tts.verify import VerifyConfig, verified_speech
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    speaker = duet.load(args.model)
+    scorer = ClipScorer()
+    texts = held_out_sentences(args.n, args.seed)
+    config = VerifyConfig(max_wer=args.max_wer, tries=args.tries)
+    scorer.score(speaker.speak("Warm up.", seed=0).audio, speaker.sample_rate, "Warm up.")  # load Whisper first
+
+    plain_s = verify_s = audio_s = 0.0
+    before, after, makings = [], [], []
+    for i, text in enumerate(texts):
+        t0 = time.perf_counter()
+        plain = speaker.speak(text, seed=args.seed + i)
+        t1 = time.perf_counter()
+        verified, scores = verified_speech(speaker, text, scorer, config, seed=args.seed + i)
+        t2 = time.perf_counter()
+        plain_s, verify_s, audio_s = plain_s + t1 - t0, verify_s + t2 - t1, audio_s + plain.seconds
+        before.append(word_error(text, scorer.score(plain.audio, plain.sample_rate, text).transcript))
+        after.append(word_error(text, scorer.score(verified.audio, verified.sample_rate, text).transcript))
+        makings.append(sum(s.tries for s in scores))
+        print(f"{i + 1}/{len(texts)}: {before[-1].rate:.2f} -> {after[-1].rate:.2f} in {makings[-1]} makings",
+              file=sys.stderr)
+
+    def row(name: str, rates, seconds: float) -> str:
+        agg = aggregate(rates)
+        wrong = sum(r.errors > 0 for r in rates)
+        return (f"| {name} | {wrong} / {len(rates)} ({wrong / len(rates):.0%}) | {100 * agg.mean:.1f}% | "
+                f"{100 * agg.pooled:.1f}% | {seconds:.1f} s | {seconds / audio_s:.2f} |")
+
+    lines = [f"`PYTHONPATH=src .venv/bin/python benchmarks/verify_bench.py {shlex.join(argv or sys.argv[1:])}`", "",
+             f"{len(texts)} held-out sentences (joe test split, seed {args.seed}), {args.model}; verify: up to "
+             f"{args.tries} makings while Whisper tiny.en hears a WER above {args.max_wer:g}. Scored by the same "
+             f"Whisper against the sentence. {audio_s:.0f} s of audio.", "",
+             "| | sentences with a word error | WER (mean) | WER (pooled) | wall time | per second of audio |",
+             "|---|---:|---:|---:|---:|---:|",
+             row("speak", before, plain_s), row(f"speak --verify (tries {args.tries})", after, verify_s), "",
+             f"Makings: {sum(makings)} for {len(texts)} sentences ({sum(m > 1 for m in makings)} made again); "
+             f"wall time {verify_s / plain_s:.1f}x that of speak (Whisper's transcriptions included)."]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

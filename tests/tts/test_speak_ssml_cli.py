@@ -1,0 +1,99 @@
+"""``duet speak`` with SSML and ``--verify``: malformed markup is one line naming its position (before any model
+loads, or as it arrives on standard input), marks reach the timestamps file, and verification reports each
+sentence, with a fake recogniser handed in where the ``duet`` command hands in Whisper."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+import duet.cli
+from checkpoint_testing import write_tiny_luna
+from duet.cli import main
+
+
+@pytest.fixture(scope="module")
+def luna_dir(tmp_path_factory):
+    return write_tiny_luna(tmp_path_factory.mktemp("luna"), aligned=True)
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    return err
+
+
+@pytest.mark.parametrize("text, where", [
+    ("<speak>Hello <break time='soon'/> there</speak>", "character 13: break time 'soon'"),
+    ("<speak>Hello <voice>there</voice></speak>", "character 13: unsupported element <voice>"),
+    ("<speak>Hello there", "character 0: <speak> is never closed"),
+])
+def test_malformed_ssml_is_one_line_before_the_model_loads(tmp_path, capsys, text, where):
+    assert main(["speak", text, "-o", str(tmp_path / "x.wav"), "--model", "no-such-model"]) == 2
+    assert where in _one_line(capsys)
+
+
+def test_malformed_ssml_on_standard_input_is_one_line(luna_dir, tmp_path, capsys, monkeypatch):
+    read, write = os.pipe()
+    os.write(write, b"<speak>Hello there. <emphasis>Now</emphasis></speak>")
+    os.close(write)
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read))
+    argv = ["speak", "--stdin-stream", "-o", str(tmp_path / "y.wav"), "--model", str(luna_dir), "--steps", "2"]
+    assert main(argv) == 2
+    assert "SSML error at character 20: unsupported element <emphasis>" in _one_line(capsys)
+
+
+def test_plain_text_with_angle_brackets_is_not_markup(luna_dir, tmp_path):
+    argv = ["speak", "a <b> & c", "-o", str(tmp_path / "x.wav"), "--model", str(luna_dir), "--steps", "2"]
+    assert main(argv) == 0
+
+
+def test_breaks_reach_the_timestamps_file(luna_dir, tmp_path):
+    out = tmp_path / "t.json"
+    argv = ["speak", '<speak>Hello there <break time="1s"/> how are you?</speak>', "-o", str(tmp_path / "x.wav"),
+            "--model", str(luna_dir), "--steps", "2", "--seed", "1", "--timestamps", str(out)]
+    assert main(argv) == 0
+    words = {w["word"]: w for w in json.loads(out.read_text())["words"]}
+    assert words["how"]["start"] - words["there"]["end"] == pytest.approx(1.0, abs=0.05)
+
+
+@dataclass(frozen=True)
+class _Heard:
+    wer: float
+    transcript: str
+
+
+class _Scorer:
+    """Hears every first making wrong and every retry right."""
+
+    def __init__(self):
+        self.seen: dict[str, int] = {}
+
+    def score(self, audio, sample_rate, text):
+        self.seen[text] = self.seen.get(text, 0) + 1
+        return _Heard(0.5, "something else") if self.seen[text] == 1 else _Heard(0.0, text)
+
+
+def test_verify_reports_each_sentence(luna_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(duet.cli, "_whisper_scorer", _Scorer)
+    argv = ["speak", "One two. Three four.", "-o", str(tmp_path / "x.wav"), "--model", str(luna_dir), "--steps",
+            "2", "--verify", "--verify-tries", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "sentence 0: WER 0.000, kept making 2 of 2" in out and "sentence 1: WER 0.000, kept making 2 of 2" in out
+    assert "verify: 2 pieces, 2 made again (4 makings); mean WER 0.500 -> 0.000" in out
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--verify", "--stream"], "drop --stream"),
+    (["--verify-tries", "2"], "go with --verify"),
+    (["--verify", "--verify-tries", "0"], "tries must be in [1, 16]"),
+])
+def test_verify_flags_are_checked_before_the_model_loads(tmp_path, capsys, flags, words):
+    argv = ["speak", "Hi.", "-o", str(tmp_path / "x.wav"), "--model", "no-such-model", *flags]
+    assert main(argv) == 2
+    assert words in _one_line(capsys)

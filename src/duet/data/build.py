@@ -217,12 +217,13 @@ def _link_finished(rel: str, root: Path, reuse: Sequence[str | Path]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         sidecar = timing_path(source)
         if sidecar.is_file():  # the sidecar first, as the renderers write it: a finished audio file has its timing
-            _link_or_copy(sidecar, timing_path(target))
-        _link_or_copy(source, target)
+            link_or_copy(sidecar, timing_path(target))
+        link_or_copy(source, target)
         return
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` becomes a hard link to ``source`` (a copy across file systems), put in place atomically."""
     tmp = target.with_name(target.name + ".link")
     tmp.unlink(missing_ok=True)
     try:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+from duet.data.build import link_or_copy
 from duet.errors import DuetError
 from duet.text.phonemes import DEFAULT_VOICE, MARK, marked_voice
 
@@ -67,7 +67,7 @@ def base_for_language(base_dir: Path, voice: str, out_dir: Path) -> Path:
     tokenizer = json.loads((base_dir / "tokenizer.json").read_text(encoding="utf-8"))
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in MODEL_FILES:
-        _link_or_copy(base_dir / name, out_dir / name)
+        link_or_copy(base_dir / name, out_dir / name)
     if not _remark(tokenizer, voice):
         raise DuetError(f"{base_dir}/tokenizer.json: cannot find its espeak-ng voice marker")
     tmp = out_dir / "tokenizer.json.tmp"
@@ -88,16 +88,6 @@ def _remark(node: object, voice: str) -> bool:
     if isinstance(node, list):
         return any(_remark(v, voice) for v in node)
     return False
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:  # another file system
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
 
 
 # "The North Wind and the Sun", the passage phoneticians read to show a language's sounds: what a base voice's reading

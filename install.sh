@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 DEBIAN_PACKAGES=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts espeak-ng
                  asterisk-core-sounds-en asterisk-core-sounds-en-g722 asterisk-core-sounds-es
                  asterisk-core-sounds-es-g722 asterisk-core-sounds-fr asterisk-core-sounds-fr-g722
-                 pocketsphinx-testdata fortunes fortunes-min fortunes-es fortunes-br wamerican sox ffmpeg
+                 pocketsphinx-testdata fortunes fortunes-min fortunes-es fortunes-br wamerican sox ffmpeg curl
                  flite sword-comm-tdavid sword-text-web sword-text-sparv wordnet-base r-cran-janeaustenr
                  chromium)  # chromium: headless browser tests of the web pages
 

@@ -50,8 +50,8 @@ def median_ms(fn, calls: int, warmup: int = 3) -> float:
 
 def model_step_ms(runtime, n: int, steps: int) -> float:
     """One engine step (model + sampler) with ``n`` streams running, each well inside its frame bound."""
+    from duet.sampling import SamplingParams
     from duet.tts.request import SynthesisRequest
-    from duet.tts.sampling import SamplingParams
 
     params = SamplingParams(seed=0, max_frames=steps + 8)  # the engine, not the step, applies the stop rule
     states = runtime.prefill([SynthesisRequest(text=TEXT, params=params) for _ in range(n)], list(range(n)))
@@ -65,10 +65,10 @@ def model_step_ms(runtime, n: int, steps: int) -> float:
 def engine_frames_per_s(runtime, n: int, frames: int, threads: int, chunk: int) -> float:
     """Frames per second of an in-process engine serving ``n`` streams of ``frames`` frames each, submitted at once
     (after one warm-up stream)."""
+    from duet.sampling import SamplingParams
     from duet.serve.engine import Engine, EngineConfig
     from duet.serve.scheduler import SchedulerConfig
     from duet.tts.request import SynthesisRequest
-    from duet.tts.sampling import SamplingParams
 
     config = EngineConfig(scheduler=SchedulerConfig(max_running=max(n, 1), max_waiting=max(n, 1)),
                           torch_threads=threads, max_chunk_frames=chunk)

@@ -5,15 +5,19 @@ Each of N held-out sentences gets one break of each length (``--breaks``) betwee
 where the text has no punctuation (so the comma ``duet.tts.pace`` puts there is exercised), and is spoken by the
 model (seed = ``--seed`` + i) in two ways:
 
-- durations: ``<speak>... <break time="T"/> ...</speak>``, the pause token's frames in the layout (``duet.tts.pace``);
+- durations: ``<speak>... <break time="T"/> ...</speak>``, the pause token's frames in the layout (``duet.tts.pace``),
+  the audio as the model made it (``SpeakConfig.fit_pauses`` off);
+- fitted: the same, then the quiet stretch the model made fitted to T in its middle (``duet.tts.pause_fit``, the
+  default);
 - splice: the same text with the comma and no break, then silence spliced into the middle of the quiet stretch
   between the two words, long enough that the stretch lasts T.
 
 The pause is the quiet stretch between the two words by an energy threshold (``duet.eval.pauses``: 10 ms frames,
 -40 dB under the clip's loudest), and its error is |measured - T| (target: within 60 ms). Both ways are scored by
 Whisper WER against the sentence and by DNSMOS OVRL; the sentence spoken without any break is the reference row.
-Pairs of sentences joined by a break (``S1 <break/> S2``: two pieces, the pause sized from word to word by the gap
-between them) are measured too.
+Pairs of sentences joined by a break (``S1 <break/> S2``: two pieces) are measured too: the silence between them
+sized from word to word by the layout's timings (fitting off), or from the quiet measured at the pieces' edges
+(fitted).
 
 The sentences are the joe preset's test split (``timestamps_bench.held_out_sentences``).
 
@@ -32,6 +36,7 @@ import argparse
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -83,20 +88,22 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import duet
-    from duet.eval.asr import Transcriber
-    from duet.eval.dnsmos import DNSMOS
     from duet.eval.pauses import pause_at
-    from duet.eval.wer import aggregate, word_error
+    from duet.metrics.asr import Transcriber
+    from duet.metrics.dnsmos import DNSMOS
+    from duet.metrics.wer import aggregate, word_error
+    from duet.tts.speaker import Speaker
 
     if args.threads:
         torch.set_num_threads(args.threads)
     speaker = duet.load(args.model)
+    laid = Speaker(speaker.runtime, replace(speaker.config, fit_pauses=False))  # pauses as the layout puts them
     rate = speaker.sample_rate
     targets = [float(x) for x in args.breaks.split(",")]
     texts = [t for t in held_out_sentences(args.n * 2, args.seed) if break_place(t) is not None][: args.n]
     started = time.perf_counter()
     rows: dict[tuple[str, str], list[tuple[float, float, np.ndarray, str]]] = {}  # (where, method) -> items
-    layout_errors = []
+    reported: dict[str, list[float]] = {}  # method -> |gap between the two words' timings - break|
 
     def add(where: str, method: str, pause: float, target: float, audio: np.ndarray, text: str) -> None:
         rows.setdefault((where, method), []).append((pause, target, audio, text))
@@ -114,11 +121,12 @@ def main(argv: list[str] | None = None) -> int:
         for target in targets:
             ssml = (f"<speak>{escape(' '.join(words[:k]))} <break time=\"{int(target * 1000)}ms\"/> "
                     f"{escape(' '.join(words[k:]))}</speak>")
-            made = speaker.speak(ssml, seed=seed)
-            before, after = made.words[j - 1], made.words[j]
-            layout_errors.append(abs((after.start - before.end) - target))
-            add(f"{target:g} s", "durations", pause_at(made.audio, rate, before.end, after.start), target,
-                made.audio, text)
+            for method, by in (("durations", laid), ("fitted", speaker)):
+                made = by.speak(ssml, seed=seed)
+                before, after = made.words[j - 1], made.words[j]
+                reported.setdefault(method, []).append(abs((after.start - before.end) - target))
+                add(f"{target:g} s", method, pause_at(made.audio, rate, before.end, after.start), target,
+                    made.audio, text)
             spliced = splice(reference.audio, rate, w[j - 1].end, w[j].start, target)
             add(f"{target:g} s", "splice", pause_at(spliced, rate, w[j - 1].end, w[j].start), target, spliced, text)
         print(f"{i + 1}/{len(texts)} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
@@ -126,11 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         first, second = texts[i], texts[i + 1]
         for target in targets:
             ssml = f"<speak>{escape(first)} <break time=\"{int(target * 1000)}ms\"/> {escape(second)}</speak>"
-            made = speaker.speak(ssml, seed=args.seed + i)
-            n = spoken_index(first, len(first.split()))
-            before, after = made.words[n - 1], made.words[n]
-            add(f"{target:g} s between sentences", "gap", pause_at(made.audio, rate, before.end, after.start),
-                target, made.audio, f"{first} {second}")
+            for method, by in (("gap, layout", laid), ("gap, fitted", speaker)):
+                made = by.speak(ssml, seed=args.seed + i)
+                n = spoken_index(first, len(first.split()))
+                before, after = made.words[n - 1], made.words[n]
+                add(f"{target:g} s between sentences", method, pause_at(made.audio, rate, before.end, after.start),
+                    target, made.audio, f"{first} {second}")
     generation = time.perf_counter() - started
 
     asr, dnsmos = Transcriber(), DNSMOS()
@@ -150,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"| {1000 * np.median(pauses):.0f} ms | {1000 * np.median(errors):.0f} ms | "
                   f"{1000 * np.percentile(errors, 95):.0f} ms | {np.mean(errors <= 0.06):.0%} |")
         lines.append(f"| {where} | {method} | {len(items)} {timing} {100 * wer:.1f}% | {ovrl:.2f} |")
-    lines += ["", f"Layout: the gap between the two words' reported timings is the break to within "
-                  f"{1000 * max(layout_errors):.2f} ms in all {len(layout_errors)} sentences. Generation "
-                  f"{generation:.0f} s."]
+    lines += ["", f"Timings: the gap between the two words' reported timings is the break to within "
+                  f"{1000 * max(reported['durations']):.2f} ms in all {len(reported['durations'])} sentences "
+                  f"(durations); fitted, where they move with the audio, |gap - break| has median "
+                  f"{1000 * np.median(reported['fitted']):.0f} ms and p95 "
+                  f"{1000 * np.percentile(reported['fitted'], 95):.0f} ms. Generation {generation:.0f} s."]
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from duet.data.manifest import audio_path, read_manifest
-    from duet.eval.speaker import SpeakerEncoder
     from duet.eval.testset import read_meta, write_meta
+    from duet.metrics.speaker import SpeakerEncoder
 
     set_dir, manifest, out = Path(args.set), Path(args.manifest), Path(args.out)
     held = {s for s in args.hold_out_speakers.split(",") if s}

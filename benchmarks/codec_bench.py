@@ -8,7 +8,7 @@ corpus splits by text) of several voices (the most frequent ones), or of the voi
   per-utterance rates and pooled over the set (all errors / all reference words: steadier on short utterances),
   and their ratios (the issue's target: at most 1.3x);
 - PESQ-WB, STOI and MCD (trim-aligned) of the reconstruction against the original at the codec's rate;
-- DNSMOS (P.835 OVRL, SIG, BAK and P.808; reference-free, ``duet.eval.dnsmos``) of the originals and of the
+- DNSMOS (P.835 OVRL, SIG, BAK and P.808; reference-free, ``duet.metrics.dnsmos``) of the originals and of the
   reconstructions: how natural each sounds, which the codec decoder caps for every model that speaks through it;
 - encode and decode speed as multiples of real time (audio seconds / compute seconds, batch 1, ``--threads``).
 A residual codec named ``NAME@q`` decodes from its first q codebooks only (``duet-rvq@1``: what codebook 0 alone
@@ -31,10 +31,10 @@ import torch
 from duet.audio import load_audio, save_audio
 from duet.codecs import load
 from duet.errors import DuetError
-from duet.eval.asr import Transcriber
-from duet.eval.dnsmos import DNSMOS
-from duet.eval.signal import MCDConfig, mel_cepstral_distance, pesq_wb, stoi
-from duet.eval.wer import aggregate, word_error
+from duet.metrics.asr import Transcriber
+from duet.metrics.dnsmos import DNSMOS
+from duet.metrics.signal import MCDConfig, mel_cepstral_distance, pesq_wb, stoi
+from duet.metrics.wer import aggregate, word_error
 from duet.train.audio_crops import ManifestEntry, read_manifest
 
 

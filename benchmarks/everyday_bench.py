@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import duet
-    from duet.eval.asr import Transcriber
-    from duet.eval.wer import word_error
+    from duet.metrics.asr import Transcriber
+    from duet.metrics.wer import word_error
 
     seeds = [int(s) for s in args.seeds.split(",")]
     asr = Transcriber()

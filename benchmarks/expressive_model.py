@@ -34,12 +34,12 @@ from tqdm import tqdm
 
 from duet.data.manifest import read_manifest
 from duet.data.nonverbal_sounds import SOUNDS
-from duet.eval.asr import Transcriber
 from duet.eval.emotion import EmotionClassifier, accuracy
 from duet.eval.event_detect import detect_events
 from duet.eval.event_scores import match_events, total
 from duet.eval.prosody import prosodic_features
-from duet.eval.wer import word_error
+from duet.metrics.asr import Transcriber
+from duet.metrics.wer import word_error
 from duet.text.tags import insert_tags, split_tags, spoken_words
 
 STYLES = ("neutral", "happy", "sad", "angry", "surprised", "whisper")

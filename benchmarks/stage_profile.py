@@ -13,7 +13,7 @@ Stages are the runtime protocol's methods (``duet.tts.runtime``), so every famil
   duration predictor of an aligned model;
 - prefill: ``prefill`` (Gepard: the prompt through the KV cache; Luna: the grid and its layout);
 - steps: ``step`` (Gepard: one frame; Luna: one refinement pass; Realtime: one pass of a block), split into the
-  sampler's share (``duet.tts.sampling.sample_requests``; ``duet.luna.decode.guide`` + ``unmask_step``) and the
+  sampler's share (``duet.gepard.sampling.sample_requests``; ``duet.luna.decode.guide`` + ``unmask_step``) and the
   model's rest;
 - codec: the stream decoder's ``push`` / ``flush``;
 - HTTP: the API's wall time beside the in-process wall time of the same text (request parsing, the engine and codec
@@ -57,7 +57,7 @@ STAGES = {  # stage -> (file suffix, function name) whose cumulative time counts
     "prefill": [("/tts/gepard.py", "prefill"), ("/tts/luna.py", "prefill"), ("/tts/luna_realtime.py", "prefill")],
     "steps": [("/tts/gepard.py", "step"), ("/tts/luna.py", "step"), ("/tts/luna_realtime.py", "step")],
     # the samplers: Gepard's per-request frame sampler; MaskGIT's CFG combination and unmasking (Luna and Realtime)
-    "of which sampling": [("/tts/sampling.py", "sample_requests"), ("/luna/decode.py", "guide"),
+    "of which sampling": [("/gepard/sampling.py", "sample_requests"), ("/luna/decode.py", "guide"),
                           ("/luna/decode.py", "unmask_step")],
     "codec": [("streaming.py", "push"), ("streaming.py", "flush")],  # every duet codec streams through it
 }

@@ -21,6 +21,7 @@ import random
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="draws the sentences; sentence i speaks with seed + i")
     p.add_argument("--subdivide", default="2,4", help="aligner frames per codec frame (comma-separated: one fit each)")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--slowest", type=float, default=None,
+                   help="the slowest speed a model lays out; slower ones are made at it and time-stretched "
+                        "(default: SpeakConfig.followed_speeds; 0: every speed laid out)")
     p.add_argument("--out", default=None, help="also write the table (markdown) here")
     args = p.parse_args(argv)
 
@@ -76,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for name in args.models.split(","):
         speaker = duet.load(name)
+        if args.slowest is not None:
+            speaker.config = replace(speaker.config,
+                                     followed_speeds=(args.slowest, speaker.config.followed_speeds[1]))
         if not speaker.has_timings:
             raise SystemExit(f"{name} reports no word timings")
         tokenizers[name], frame_rates[name] = speaker.runtime.tokenizer, speaker.codec.frame_rate

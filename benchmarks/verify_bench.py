@@ -2,7 +2,7 @@
 
 N held-out sentences (the joe preset's test split, ``timestamps_bench.held_out_sentences``), each spoken by the
 model with seed ``--seed`` + i, once as ``speak`` makes it and once through ``duet.tts.verify.verified_speech``
-with Whisper (``duet.eval.clip_scorer.ClipScorer``, the recogniser ``duet speak --verify`` uses): a piece heard with
+with Whisper (``duet.metrics.clip.ClipScorer``, the recogniser ``duet speak --verify`` uses): a piece heard with
 a WER above ``--max-wer`` is made again (sampled: retries of a greedy model sample) up to ``--tries`` makings.
 Both are scored by the same Whisper against the sentence. That is also the recogniser verification selected with,
 so the "after" numbers are what a listener gets only as far as Whisper tiny.en stands in for a listener.
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import duet
-    from duet.eval.clip_scorer import ClipScorer
-    from duet.eval.wer import aggregate, word_error
+    from duet.metrics.clip import ClipScorer
+    from duet.metrics.wer import aggregate, word_error
     from duet.tts.verify import VerifyConfig, verified_speech
 
     if args.threads:

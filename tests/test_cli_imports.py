@@ -75,3 +75,18 @@ def test_each_training_stage_s_action_reaches_its_recipe(stage, message, tmp_pat
     run = [str(tmp_path / "no-run")] if stage.endswith("-export") else []
     assert main(["train", stage, *run, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_speaking_with_a_shipped_gepard_imports_neither_transformers_nor_scipy(tmp_path):
+    """A one-sentence ``duet speak`` with gepard-tiny: the model loads without transformers (``duet.nn.qwen3``,
+    ``duet.text.bpe.PlainBPE``), which took about 3 s of the command's 6-9 s."""
+    from duet.checkpoint_dir import checkpoints_root
+
+    if not (checkpoints_root() / "gepard-tiny" / "config.json").is_file():
+        pytest.skip("gepard-tiny is not in this checkout")
+    code = ("import contextlib, io, duet.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert duet.cli.main(['speak', 'Hello there.', '-o', {str(tmp_path / 'a.wav')!r}, '--seed', '0']) == 0")
+    loaded = heavy_modules_after(code)
+    assert "transformers" not in loaded and "scipy" not in loaded and "sympy" not in loaded
+    assert (tmp_path / "a.wav").stat().st_size > 1000

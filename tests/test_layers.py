@@ -13,20 +13,20 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "duet"
 
 LAYERS = [
-    {"errors", "config_io", "audio", "command", "finish", "limits", "bundled", "checkpoint_dir", "families"},  # leaves:
-    # errors, config plumbing, checkpoint files, the table of model families,
-    # audio files, weights that ship inside wheels,
-    # a command, how a generation ended, the bounds on a request's numbers
+    {"errors", "config_io", "audio", "command", "finish", "limits", "sampling", "bundled", "checkpoint_dir",
+     "families"},  # leaves: errors, config plumbing, checkpoint files, the table of model families,
+    # audio files, weights that ship inside wheels, a command, how a generation ended, the bounds on a request's
+    # numbers, a request's sampling parameters and frame bound
     {"nn", "text"},  # transformer building blocks and masks; text normalisation, tokenizers, phonemes
     {"codecs"},
     {"shipped"},  # a shipped model directory and where a model name leads
     {"data"},  # corpora, sources, timing, shards
     {"gepard", "luna"},  # the two model families
-    {"train"},  # the shared loop, objectives and recipe plumbing
+    {"metrics"},  # ASR, WER, speaker similarity, DNSMOS, signal metrics, one clip's score
+    {"train"},  # the shared loop, objectives and the recipes of every stage, post-training included
     {"tts"},  # speakers
     {"serve"},  # engine, codec thread, admission by cost, API, vLLM
-    {"eval"},
-    {"posttrain"},  # post-training stages: generate, score with eval's metrics, train
+    {"eval"},  # test sets, runs, reports and the duet eval command, over duet.metrics
     {"voice"},  # your own voice: data checks, alignment, fine-tuning, scores and export, over all of the above
     {"cli", "__init__"},  # the `duet` command and the package face
 ]

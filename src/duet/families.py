@@ -37,6 +37,10 @@ class Family:
     clone_from_audio: bool
     clone_from_prompt: bool
     how_it_ends: str  # why a length option cannot apply, for the refusal
+    # torch threads ``duet speak`` runs it with (None: torch's default). Gepard's decode step is a few hundred small
+    # ops per frame: a second thread buys nothing and, on a busy machine, cost a one-sentence speak seconds of
+    # spin-waiting (benchmarks/results/single_stream.md); its frames are the same with one thread or two.
+    speak_threads: int | None = None
 
     @property
     def default_model(self) -> str:
@@ -50,7 +54,7 @@ class Family:
 FAMILIES = (
     Family("gepard", "Gepard", "duet.tts.gepard:load_gepard_runtime", ("gepard-tiny", "gepard-clone-tiny"),
            frozenset({"speed"}), clone_from_audio=True, clone_from_prompt=False,
-           how_it_ends="it decodes one frame at a time until it stops"),
+           how_it_ends="it decodes one frame at a time until it stops", speak_threads=1),
     Family("luna", "Luna", "duet.tts.luna:load_luna_runtime", ("luna-tiny",),
            frozenset({"steps", "speed", "prompt"}), clone_from_audio=False, clone_from_prompt=True,
            how_it_ends="its duration model sets the length"),

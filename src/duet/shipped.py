@@ -31,11 +31,12 @@ def write_shipped(out_dir: str | Path, kind: str, format_version: int, state: di
                             extra_files={"tokenizer.json": tokenizer_file})
 
 
-def read_shipped(path: str | Path, kind: str, format_version: int,
-                 family: str) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
+def read_shipped(path: str | Path, kind: str, format_version: int, family: str,
+                 plain_tokenizer: bool = False) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
     """-> (config.json, float32 weights, tokenizer) of a directory written by :func:`write_shipped`.
 
     ``family`` names the model in errors ("Gepard", "Luna"): a missing file, a directory of another type or format.
+    ``plain_tokenizer``: the tokenizer for inference alone, without transformers (``duet.text.get_tokenizer``).
     """
     from duet.text import get_tokenizer
 
@@ -45,7 +46,7 @@ def read_shipped(path: str | Path, kind: str, format_version: int,
         raise DuetError(f"{path} is not a {family} checkpoint (missing {', '.join(missing)})")
     meta = read_config(path)
     check_header(path, meta, kind, format_version, f"a {family} model")
-    return meta, read_weights(path), get_tokenizer(path / "tokenizer.json")
+    return meta, read_weights(path), get_tokenizer(path / "tokenizer.json", plain=plain_tokenizer)
 
 
 MODELS = shipped_models()  # `duet speak --model` knows them by name (``duet.families``)

@@ -45,7 +45,8 @@ def test_shipped_checkpoint(name):
         pytest.skip(f"{name} not exported yet")
     weights = path / "model.safetensors"
     assert weights.stat().st_size < 30 * 2**20
-    assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in path.iterdir() if p.name != "README.md") == ["config.json", "model.safetensors"]
+    assert (path / "README.md").is_file()  # its model card
     with safe_open(str(weights), "pt") as fh:
         dtypes = {fh.get_slice(k).get_dtype() for k in fh.keys()}
     assert "F32" not in dtypes and "F16" in dtypes

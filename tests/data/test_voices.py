@@ -179,7 +179,7 @@ def test_piper_is_deterministic_per_seed(voice, tmp_path):
 def test_piper_timbre_keeps_length_and_timing_and_is_another_speaker(voice, tmp_path):
     from duet.data.sources.piper import PiperSpeaker
     from duet.data.voice_effects import timbre_shift
-    from duet.eval.speaker import SpeakerEncoder, cosine_similarity
+    from duet.metrics.speaker import SpeakerEncoder, cosine_similarity
 
     plain, sr, timing = _render(PiperSpeaker("piper-joe"), tmp_path, name="plain")
     shifted, _, shifted_timing = _render(PiperSpeaker("piper-joe-t1.15+7", formant=1.15, semitones=7), tmp_path,

@@ -7,8 +7,8 @@ import pytest
 
 from duet.audio import load_audio
 from duet.errors import DuetError, MissingDependency
-from duet.eval.asr import ASRConfig, Transcriber, default_model_path
-from duet.eval.wer import word_error
+from duet.metrics.asr import ASRConfig, Transcriber, default_model_path
+from duet.metrics.wer import word_error
 
 SENTENCE = "Please call Stella and ask her to bring these things with her from the store."
 

@@ -13,7 +13,7 @@ from duet.eval import cli as eval_cli
 
 def test_dnsmos_ranks_clean_speech_above_noisy(festival, speech_dir):
     pytest.importorskip("speechmos")
-    from duet.eval.dnsmos import DNSMOS
+    from duet.metrics.dnsmos import DNSMOS
 
     audio, sr = load_audio(festival("The weather today is clear and bright over the hills.", "slt",
                                     speech_dir / "dnsmos_clean.wav"))
@@ -43,7 +43,7 @@ def tiny_wavlm(tmp_path_factory):
 def test_wavlm_embedding_is_the_models_xvector(tiny_wavlm):
     from transformers import WavLMForXVector
 
-    from duet.eval.speaker_wavlm import WavLMSpeakerEncoder
+    from duet.metrics.speaker_wavlm import WavLMSpeakerEncoder
 
     rng = np.random.default_rng(0)
     audio = (0.1 * rng.standard_normal(16_000)).astype(np.float32)
@@ -68,7 +68,7 @@ def test_wavlm_embedding_is_the_models_xvector(tiny_wavlm):
 def test_wavlm_weights_in_a_pickle_are_refused(tiny_wavlm, tmp_path):
     import shutil
 
-    from duet.eval.speaker_wavlm import WavLMSpeakerEncoder
+    from duet.metrics.speaker_wavlm import WavLMSpeakerEncoder
 
     pickled = tmp_path / "pickled"
     pickled.mkdir()

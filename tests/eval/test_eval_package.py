@@ -1,16 +1,16 @@
-"""`duet.eval` exports resolve lazily, and importing the package (as `duet --help` does) stays light."""
+"""`duet.metrics` exports resolve lazily, and registering `duet eval` (as `duet --help` does) stays light."""
 
 import subprocess
 import sys
 
-import duet.eval
+import duet.metrics
 
 
 def test_every_export_resolves_to_its_module():
-    assert sorted(duet.eval.__all__) == sorted(duet.eval._EXPORTS)
-    for name in duet.eval.__all__:
-        obj = getattr(duet.eval, name)
-        assert obj.__module__ == f"duet.eval.{duet.eval._EXPORTS[name]}"
+    assert sorted(duet.metrics.__all__) == sorted(duet.metrics._EXPORTS)
+    for name in duet.metrics.__all__:
+        obj = getattr(duet.metrics, name)
+        assert obj.__module__ == f"duet.metrics.{duet.metrics._EXPORTS[name]}"
 
 
 def test_cli_registration_imports_no_heavy_module():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from duet.audio import load_audio
-from duet.eval.signal import MCD_CONSTANT, MCDConfig, dtw_path, mel_cepstral_distance, mel_cepstrum, pesq_wb, stoi
+from duet.metrics.signal import MCD_CONSTANT, MCDConfig, dtw_path, mel_cepstral_distance, mel_cepstrum, pesq_wb, stoi
 
 
 @pytest.fixture(scope="module")

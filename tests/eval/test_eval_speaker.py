@@ -5,7 +5,7 @@ import pytest
 
 from duet.audio import load_audio
 from duet.errors import MissingDependency
-from duet.eval.speaker import SpeakerEncoder, cosine_similarity
+from duet.metrics.speaker import SpeakerEncoder, cosine_similarity
 
 A = "The quick brown fox jumps over the lazy dog near the river bank."
 B = "Yesterday we walked to the old market to buy some fresh bread."

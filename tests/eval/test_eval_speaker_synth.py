@@ -82,7 +82,7 @@ def test_bad_specs_are_clear_errors(tmp_path):
         load_synthesizer("speaker")
     with pytest.raises(DuetError, match="unknown model"):
         load_synthesizer(f"speaker:{tmp_path / 'nothing'}")
-    with pytest.raises(DuetError, match="steps must be at least 1"):
+    with pytest.raises(DuetError, match="steps must be a positive integer"):
         SynthOptions(steps=0)
     with pytest.raises(DuetError, match="temperature"):
         SynthOptions(temperature=-1.0)
@@ -95,7 +95,7 @@ def test_engine_runs_take_a_guidance_scale_per_request():
 
 
 def test_engine_runs_take_the_models_sampling_defaults_where_unset():
-    from duet.tts.sampling import SamplingParams
+    from duet.sampling import SamplingParams
 
     synth = load_synthesizer("mock", SynthOptions(temperature=0.0))
     assert synth.params == SamplingParams(temperature=0.0)  # the mock's top_k default (0) kept

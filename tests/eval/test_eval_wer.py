@@ -3,7 +3,7 @@
 import pytest
 
 from duet.errors import DuetError
-from duet.eval.wer import aggregate, char_error, normalize_text, word_error
+from duet.metrics.wer import aggregate, char_error, normalize_text, word_error
 
 
 def test_normalize_lowercases_strips_punctuation_collapses_space():

@@ -12,9 +12,10 @@ from gepard_testing import micro_config, random_codes, wrapped
 from duet.data.token_timing import token_spans, wrapped_durations
 from duet.gepard.aligned import EOT_BACK
 from duet.gepard.config import GepardConfig, with_aligned_input
-from duet.gepard.generate import SamplingConfig, generate
+from duet.gepard.generate import generate
 from duet.gepard.model import GepardModel, GepardPrompt, collate
 from duet.nn.aligned import frame_tokens, window_indices
+from duet.sampling import SamplingParams
 
 
 def naive_frame_token(durations: list[float], length: int, j: int, eot_back: int) -> tuple[int, float, float]:
@@ -122,8 +123,8 @@ def test_generation_uses_predicted_durations_and_is_seeded():
     torch.manual_seed(0)
     model = GepardModel(aligned_micro()).eval()
     prompt = GepardPrompt(torch.tensor([wrapped([5, 6, 7])]))
-    cfg = SamplingConfig(temperature=0.8, top_k=5, seed=3, max_frames=12)
-    a, b = generate(model, prompt, config=cfg), generate(model, prompt, config=cfg)
+    params = SamplingParams(temperature=0.8, top_k=5, seed=3, max_frames=12)
+    a, b = generate(model, prompt, params=params), generate(model, prompt, params=params)
     assert torch.equal(a.codes, b.codes) and a.lengths.tolist() == b.lengths.tolist()
     predicted = model.duration.predict(prompt.text_ids, torch.tensor([6]))
     assert predicted.shape == (1, 6) and predicted[0, -1] == 0 and bool((predicted >= 0).all())

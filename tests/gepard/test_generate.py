@@ -10,10 +10,11 @@ from gepard_testing import micro_config, wrapped
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
-from duet.gepard.generate import BOUND, STOP, SamplingConfig, frame_bound, generate, guide, stream
+from duet.gepard.generate import BOUND, STOP, generate, guide, stream
 from duet.gepard.heads import FrameLogits, pad_channels
 from duet.gepard.model import GepardBatch, GepardModel, GepardPrompt, collate
 from duet.gepard.sampling import sample_frames
+from duet.sampling import FrameBound, SamplingParams
 
 LEVELS = FSQConfig().channel_levels
 
@@ -44,7 +45,7 @@ class ScriptedModel:
 
 def test_stops_at_the_scripted_step():
     model = ScriptedModel([5])
-    gen = stream(model, "text", num_text_tokens=10, config=SamplingConfig(seed=0))
+    gen = stream(model, "text", num_text_tokens=10, params=SamplingParams(seed=0))
     frames = list(gen)
     assert len(frames) == 5 and all(f.shape == (1, 32) for f in frames)
     result = gen.result
@@ -60,30 +61,35 @@ def test_stops_at_the_scripted_step():
 
 
 def test_stop_at_zero_gives_empty_generation():
-    result = generate(ScriptedModel([0]), "text", num_text_tokens=3, config=SamplingConfig(seed=0))
+    result = generate(ScriptedModel([0]), "text", num_text_tokens=3, params=SamplingParams(seed=0))
     assert result.ended == (STOP,) and result.codes.shape == (1, 32, 0)
 
 
 def test_ends_at_the_bound_when_stop_never_fires():
-    config = SamplingConfig(seed=0, frames_per_token=2.0, margin_frames=5, max_frames=100)
-    assert frame_bound(3, config) == 11
-    result = generate(ScriptedModel([None]), "text", num_text_tokens=3, config=config)
+    bound = FrameBound(frames_per_token=2.0, margin_frames=5, max_frames=100)
+    assert bound.frames(3) == 11
+    result = generate(ScriptedModel([None]), "text", num_text_tokens=3, params=SamplingParams(seed=0), bound=bound)
     assert result.ended == (BOUND,) and result.lengths.tolist() == [11] and result.bound == 11
     assert result.codes.shape == (1, 32, 11) and (result.codes >= 0).all()
-    # The hard cap wins over the text-length bound.
-    capped = SamplingConfig(seed=0, frames_per_token=2.0, margin_frames=5, max_frames=4)
-    assert generate(ScriptedModel([None]), "t", num_text_tokens=3, config=capped).lengths.tolist() == [4]
+    # The hard cap wins over the text-length bound, and a request's own max_frames over both.
+    capped = FrameBound(frames_per_token=2.0, margin_frames=5, max_frames=4)
+    assert generate(ScriptedModel([None]), "t", num_text_tokens=3, bound=capped).lengths.tolist() == [4]
+    asked = SamplingParams(seed=0, max_frames=7)
+    assert generate(ScriptedModel([None]), "t", num_text_tokens=3, params=asked, bound=bound).lengths.tolist() == [7]
 
 
 def test_frame_bound_formula():
-    config = SamplingConfig(frames_per_token=12.0, margin_frames=43, max_frames=860)
-    assert frame_bound(1, config) == 55 and frame_bound(0, config) == 43 and frame_bound(100, config) == 860
-    assert frame_bound(2, SamplingConfig(frames_per_token=2.5, margin_frames=0)) == 5
+    bound = FrameBound(frames_per_token=12.0, margin_frames=43, max_frames=860)
+    assert bound == FrameBound()  # the report's defaults
+    assert bound.frames(1) == 55 and bound.frames(0) == 43 and bound.frames(100) == 860
+    assert FrameBound(frames_per_token=2.5, margin_frames=0).frames(2) == 5
+    with pytest.raises(DuetError):
+        FrameBound(max_frames=0)
 
 
 def test_rows_end_independently():
     result = generate(ScriptedModel([2, 4, None]), "t", num_text_tokens=0,
-                      config=SamplingConfig(seed=0, margin_frames=6, frames_per_token=0))
+                      params=SamplingParams(seed=0), bound=FrameBound(margin_frames=6, frames_per_token=0))
     assert result.ended == (STOP, STOP, BOUND) and result.lengths.tolist() == [2, 4, 6]
     assert (result.codes[0, :, 2:] == -1).all() and (result.codes[0, :, :2] >= 0).all()
     assert (result.codes[1, :, 4:] == -1).all() and (result.codes[2] >= 0).all()
@@ -92,7 +98,7 @@ def test_rows_end_independently():
 
 def test_sampled_codes_stay_in_each_channel_alphabet():
     result = generate(ScriptedModel([None] * 4), "t", num_text_tokens=0,
-                      config=SamplingConfig(seed=3, margin_frames=50, frames_per_token=0))
+                      params=SamplingParams(seed=3), bound=FrameBound(margin_frames=50, frames_per_token=0))
     levels = torch.tensor(LEVELS)[None, :, None]
     assert (result.codes < levels).all() and (result.codes >= 0).all()
     # and every level is reached (uniform logits, 200 draws per channel)
@@ -101,11 +107,10 @@ def test_sampled_codes_stay_in_each_channel_alphabet():
 
 
 def test_same_seed_same_output_different_seed_differs():
-    config = SamplingConfig(seed=11, margin_frames=10, frames_per_token=0)
-    a = generate(ScriptedModel([None]), "t", num_text_tokens=0, config=config)
-    b = generate(ScriptedModel([None]), "t", num_text_tokens=0, config=config)
-    c = generate(ScriptedModel([None]), "t", num_text_tokens=0,
-                 config=SamplingConfig(seed=12, margin_frames=10, frames_per_token=0))
+    bound = FrameBound(margin_frames=10, frames_per_token=0)
+    a = generate(ScriptedModel([None]), "t", num_text_tokens=0, params=SamplingParams(seed=11), bound=bound)
+    b = generate(ScriptedModel([None]), "t", num_text_tokens=0, params=SamplingParams(seed=11), bound=bound)
+    c = generate(ScriptedModel([None]), "t", num_text_tokens=0, params=SamplingParams(seed=12), bound=bound)
     assert torch.equal(a.codes, b.codes) and not torch.equal(a.codes, c.codes)
 
 
@@ -114,9 +119,10 @@ def test_top_k_one_and_temperature_zero_are_argmax():
     table = torch.randn(8, 3, sum(LEVELS), generator=g)  # (step, B, 216): no ties
     codes_fn = lambda prompt, step: table[step]  # noqa: E731
     want = torch.stack([pad_channels(table[t], LEVELS).argmax(-1) for t in range(6)], dim=-1)  # (B, C, 6)
-    for config in (SamplingConfig(top_k=1, temperature=1.3, seed=0, margin_frames=6, frames_per_token=0),
-                   SamplingConfig(temperature=0.0, margin_frames=6, frames_per_token=0)):
-        result = generate(ScriptedModel([None] * 3, codes_fn), "t", num_text_tokens=0, config=config)
+    bound = FrameBound(margin_frames=6, frames_per_token=0)
+    for params in (SamplingParams(top_k=1, temperature=1.3, seed=0), SamplingParams(temperature=0.0),
+                   SamplingParams(top_p=1e-6, temperature=1.3, seed=0)):
+        result = generate(ScriptedModel([None] * 3, codes_fn), "t", num_text_tokens=0, params=params, bound=bound)
         assert torch.equal(result.codes, want)
 
 
@@ -148,24 +154,25 @@ def test_cfg_combines_the_two_passes_by_its_formula():
 
     torch.testing.assert_close(guide(torch.tensor([1.0, 0.5]), torch.tensor([2.0, 0.0]), 3.0),
                                torch.tensor([-1.0, 1.5]))
-    base = dict(temperature=0.0, margin_frames=3, frames_per_token=0)
-    plain = generate(ScriptedModel([None], codes_fn), "cond", num_text_tokens=0, config=SamplingConfig(**base))
+    bound = FrameBound(margin_frames=3, frames_per_token=0)
+    plain = generate(ScriptedModel([None], codes_fn), "cond", num_text_tokens=0,
+                     params=SamplingParams(temperature=0.0), bound=bound)
     model = ScriptedModel([None], codes_fn)
-    guided = generate(model, "cond", num_text_tokens=0, config=SamplingConfig(cfg_scale=3.0, **base),
-                      uncond_prompt="uncond")
+    guided = generate(model, "cond", num_text_tokens=0, params=SamplingParams(temperature=0.0, cfg_scale=3.0),
+                      bound=bound, uncond_prompt="uncond")
     assert (plain.codes[0, 0] == 0).all() and (guided.codes[0, 0] == 1).all()
     assert model.prefills == 2 and len(model.fed) == 2 * 3  # both paths are fed every frame
     # Probes see the guided distribution: channel 0 entropy of softmax([-1, 1.5, -5 x 6]).
     p = torch.softmax(torch.tensor([-1.0, 1.5] + [-5.0 + 3 * (-5.0 + 5.0)] * 6), dim=0)
     torch.testing.assert_close(guided.probes.entropy[0, 0, 0], -(p * p.log()).sum())
     with pytest.raises(DuetError, match="unconditional"):
-        generate(ScriptedModel([None]), "cond", num_text_tokens=0, config=SamplingConfig(cfg_scale=2.0))
+        generate(ScriptedModel([None]), "cond", num_text_tokens=0, params=SamplingParams(cfg_scale=2.0))
 
 
 def test_packed_frames_for_the_codec():
     fsq = GroupFSQ(FSQConfig())
     model = ScriptedModel([4])
-    gen = stream(model, "t", num_text_tokens=10, config=SamplingConfig(seed=5), fsq=fsq)
+    gen = stream(model, "t", num_text_tokens=10, params=SamplingParams(seed=5), fsq=fsq)
     packed = list(gen)
     assert all(p.shape == (1, 8) for p in packed) and len(packed) == 4
     assert torch.equal(torch.stack(packed, dim=-1), fsq.fold(gen.result.codes))
@@ -173,7 +180,7 @@ def test_packed_frames_for_the_codec():
 
 
 def test_generation_is_iterated_once_and_result_needs_the_end():
-    gen = stream(ScriptedModel([2]), "t", num_text_tokens=1, config=SamplingConfig(seed=0))
+    gen = stream(ScriptedModel([2]), "t", num_text_tokens=1, params=SamplingParams(seed=0))
     with pytest.raises(DuetError, match="not finished"):
         gen.result
     list(gen)
@@ -186,8 +193,8 @@ def test_gepard_model_generation_matches_teacher_forced_logits():
     torch.manual_seed(0)
     model = GepardModel(micro_config()).eval()
     prompt = GepardPrompt(torch.tensor([wrapped([4, 9, 16])]))
-    config = SamplingConfig(temperature=0.0, frames_per_token=2.0, margin_frames=2, stop_threshold=0.99)
-    result = generate(model, prompt, config=config)
+    result = generate(model, prompt, params=SamplingParams(temperature=0.0, stop_threshold=0.99),
+                      bound=FrameBound(frames_per_token=2.0, margin_frames=2))
     assert result.bound == 8 and result.ended == (BOUND,) and result.codes.shape == (1, 32, 8)
     batch = collate([(prompt.text_ids[0].tolist(), result.codes[0])], pad_id=0)
     with torch.no_grad():

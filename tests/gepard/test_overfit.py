@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from gepard_testing import micro_config, random_codes, wrapped
 
-from duet.gepard.generate import STOP, SamplingConfig, generate
+from duet.gepard.generate import STOP, generate
 from duet.gepard.model import GepardModel, GepardPrompt, collate
+from duet.sampling import FrameBound, SamplingParams
 
 
 def test_overfit_one_utterance_then_speak_it_back():
@@ -28,6 +29,6 @@ def test_overfit_one_utterance_then_speak_it_back():
 
     model.eval()
     result = generate(model, GepardPrompt(torch.tensor([text])),
-                      config=SamplingConfig(temperature=0.0, frames_per_token=4.0, margin_frames=8))
+                      params=SamplingParams(temperature=0.0), bound=FrameBound(frames_per_token=4.0, margin_frames=8))
     assert result.ended == (STOP,)
     assert torch.equal(result.codes[0], codes)

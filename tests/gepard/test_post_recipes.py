@@ -25,20 +25,20 @@ from duet.gepard.checkpoint import load_gepard
 from duet.gepard.generate import generate
 from duet.gepard.model import GepardPrompt, collate
 from duet.gepard.trajectory import trajectory_logprob
-from duet.posttrain import gepard as gepard_post
-from duet.posttrain.gepard import GepardSFTConfig, SelectedData, SFTSelection, build_policy
+from duet.metrics.clip import ClipScore
 from duet.text.prompts import gepard_prompt
 from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.dpo_data import DPOData, DPODataConfig
 from duet.train.gepard_pairs import PairPrompt, PairsConfig, PairStore, make_pairs, pair_seed
 from duet.train.objectives.gepard_dpo import GepardDPO
-from duet.train.quality import Quality
+from duet.train.recipes import gepard_post
+from duet.train.recipes.gepard_post import GepardSFTConfig, SelectedData, SFTSelection, build_policy
 from duet.train.runner import read_run_config
 
 TEXTS = ["Hello there.", "Good morning, how are you?", "The quick brown fox.", "Thank you."]
 
 
-class FakeQuality:
+class FakeScorer:
     """Every utterance heard word for word (WER 0); SIM 0.5 when cloning. Counts its calls."""
 
     def __init__(self, *_: object):
@@ -46,7 +46,7 @@ class FakeQuality:
 
     def score(self, audio, sample_rate, text, prompt_wav=None):
         self.calls.append((audio.shape[0], sample_rate, text, prompt_wav))
-        return Quality(wer=0.0, transcript=text, sim=0.5 if prompt_wav is not None else None)
+        return ClipScore(wer=0.0, transcript=text, sim=0.5 if prompt_wav is not None else None)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_pairs_are_reproducible_scored_and_resumable(tiny, tmp_path):
     codec = load_codec(loaded.codec["name"])
     cfg = PairsConfig(cfg_scale=2.5, temperature=1.0, top_k=0, max_frames=12, chunk=2)
     prompts = [PairPrompt(f"p{i}", t) for i, t in enumerate(TEXTS[:3])]
-    scorer = FakeQuality()
+    scorer = FakeScorer()
     store = PairStore(tmp_path, {"settings": 1})
     assert make_pairs(model, codec, tok, prompts, store, scorer, cfg, progress=False) == 3
     assert sorted(p.name for p in (tmp_path / "codes").iterdir()) == ["00000.safetensors", "00001.safetensors"]
@@ -75,9 +75,9 @@ def test_pairs_are_reproducible_scored_and_resumable(tiny, tmp_path):
         ids = gepard_prompt(prompt.text, tok)
         assert record["text_ids"] == ids and record["seed"] == pair_seed(0, prompt.id)
         gp = GepardPrompt(torch.tensor([ids]))
-        chosen = generate(model, gp, config=replace(cfg.sampling(record["seed"]), cfg_scale=2.5),
+        chosen = generate(model, gp, params=replace(cfg.sampling(record["seed"]), cfg_scale=2.5), bound=cfg.bound(),
                           uncond_prompt=gp.unconditional())
-        rejected = generate(model, gp, config=cfg.sampling(record["seed"]))
+        rejected = generate(model, gp, params=cfg.sampling(record["seed"]), bound=cfg.bound())
         rows, stopped = [], []
         for side, result in (("chosen", chosen), ("rejected", rejected)):
             t = int(result.lengths[0])
@@ -94,7 +94,7 @@ def test_pairs_are_reproducible_scored_and_resumable(tiny, tmp_path):
     assert any(r["chosen"]["frames"] != r["rejected"]["frames"] or not torch.equal(
         store.tensor(r, "chosen"), store.tensor(r, "rejected")) for r in store.records)  # guidance changed something
 
-    again = FakeQuality()
+    again = FakeScorer()
     more = prompts + [PairPrompt("p3", TEXTS[3])]
     assert make_pairs(model, codec, tok, more, PairStore(tmp_path, {"settings": 1}), again, cfg, progress=False) == 1
     assert len(again.calls) == 2  # only the new prompt was generated and scored
@@ -116,8 +116,8 @@ def test_cloning_pairs_carry_the_prefix_and_its_similarity(tiny, tmp_path):
     store = PairStore(tmp_path / "pairs", {})
     prompts = [PairPrompt("a", TEXTS[0], prompt_wav=str(wav)), PairPrompt("b", TEXTS[1], prompt_wav=str(wav))]
     with pytest.raises(DuetError, match="no voice prefix"):
-        make_pairs(loaded.model, codec, loaded.tokenizer, prompts, store, FakeQuality(), cfg, progress=False)
-    make_pairs(loaded.model, codec, loaded.tokenizer, prompts, store, FakeQuality(), cfg,
+        make_pairs(loaded.model, codec, loaded.tokenizer, prompts, store, FakeScorer(), cfg, progress=False)
+    make_pairs(loaded.model, codec, loaded.tokenizer, prompts, store, FakeScorer(), cfg,
                voice_prefix=lambda path: prefix, progress=False)
     record = store.records[0]
     assert record["chosen"]["sim"] == 0.5 and record["prompt_wav"] == str(wav)
@@ -132,8 +132,8 @@ def test_cloning_pairs_carry_the_prefix_and_its_similarity(tiny, tmp_path):
 
 
 def test_gepard_dpo_command_line_trains_resumes_and_exports_a_stock_model(tiny, tmp_path, monkeypatch, capsys):
-    scorers: list[FakeQuality] = []
-    monkeypatch.setattr(gepard_post, "ClipQuality", lambda cfg: scorers.append(FakeQuality()) or scorers[-1])
+    scorers: list[FakeScorer] = []
+    monkeypatch.setattr(gepard_post, "ClipScorer", lambda cfg: scorers.append(FakeScorer()) or scorers[-1])
     texts = tmp_path / "prompts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     run = tmp_path / "run"
@@ -234,7 +234,7 @@ def test_a_voice_model_clones_from_a_clip_through_its_compressor(tmp_path):
     assert prefix.shape == (1, loaded.model.config.num_prefix, loaded.model.config.width)
     store = PairStore(tmp_path / "pairs", {})
     make_pairs(loaded.model, codec, loaded.tokenizer, [PairPrompt("a", TEXTS[0], prompt_wav=str(wav))], store,
-               FakeQuality(), PairsConfig(temperature=1.0, top_k=0, max_frames=6),
+               FakeScorer(), PairsConfig(temperature=1.0, top_k=0, max_frames=6),
                voice_prefix=clip_prefix(loaded.model, codec), progress=False)
     torch.testing.assert_close(store.tensor(store.records[0], "prefix"), prefix[0])
     with pytest.raises(DuetError, match="no voice compressor"):
@@ -266,11 +266,12 @@ def test_an_aligned_voice_model_guides_through_the_null_prefix_and_its_pairs_kee
 
     store = PairStore(tmp_path / "pairs", {})
     cfg = PairsConfig(cfg_scale=3.0, temperature=1.0, top_k=0, max_frames=8)
-    make_pairs(model, codec, tok, [PairPrompt("a", TEXTS[0], prompt_wav=str(wav))], store, FakeQuality(), cfg,
+    make_pairs(model, codec, tok, [PairPrompt("a", TEXTS[0], prompt_wav=str(wav))], store, FakeScorer(), cfg,
                voice_prefix=clip_prefix(model, codec), progress=False)
     record = store.records[0]
     torch.testing.assert_close(store.tensor(record, "durations"), durations[0])
-    chosen = generate(model, gp, config=replace(cfg.sampling(record["seed"]), cfg_scale=3.0), uncond_prompt=uncond)
+    chosen = generate(model, gp, params=replace(cfg.sampling(record["seed"]), cfg_scale=3.0), bound=cfg.bound(),
+                      uncond_prompt=uncond)
     t = int(chosen.lengths[0])
     assert torch.equal(store.tensor(record, "chosen"), _fold(chosen.codes[0, :, :t]))
     train, _ = DPOData.split(store, 0, DPODataConfig())

@@ -25,13 +25,9 @@ from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
 from duet.train.recipe import read_run_config
-from duet.train.recipes.gepard import (
-    GepardTrainConfig,
-    export_gepard,
-    main,
-    recipe,
-    train_gepard,
-)
+from duet.train.recipes.gepard import GepardTrainConfig, main, recipe, train_gepard
+from duet.train.recipes.gepard_export import export_gepard
+from duet.train.recipes.gepard_export import main as export_main
 
 SHORT = {"slt-003", "slt-004", "kal-001", "kal-005"}  # "Yes.", "Hello there!", "No.", "Thank you.": 1-2 words
 DATA = GepardDataConfig(batch_frames=200, max_frames=100, max_batch_size=6, val_items=4)
@@ -206,7 +202,7 @@ def test_command_line_trains_gepard_tiny_and_exports(corpus, tmp_path, capsys):
     assert main(["gepard", "--out", str(run), "--resume", "--steps", "3", "--quiet"]) == 0
     assert read_state(latest_checkpoint(run))["step"] == 3
     assert main(["gepard", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2  # not a resume any more
-    assert main(["gepard-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
+    assert export_main(["gepard-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
     loaded = load_gepard(tmp_path / "ship")
     assert isinstance(loaded.model, GepardModel) and loaded.model.config == cfg.model
     assert loaded.info["step"] == 3
@@ -338,7 +334,7 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     cfg = read_run_config(run, GepardTrainConfig)
     assert cfg.model.aligned is not None and cfg.model.aligned.window == 1
     assert any("duration" in r for r in read_metrics(run / "metrics.jsonl"))
-    assert main(["gepard-export", str(run), "--out", str(tmp_path / "export"), "--temperature", "0",
+    assert export_main(["gepard-export", str(run), "--out", str(tmp_path / "export"), "--temperature", "0",
                  "--top-k", "0"]) == 0
     loaded = load_gepard(tmp_path / "export")
     assert loaded.model.is_aligned and loaded.sampling == {"temperature": 0.0, "top_k": 0}
@@ -351,7 +347,7 @@ def test_aligned_flag_trains_and_exports(corpus, tmp_path):
     with pytest.raises(DuetError, match="speed must be a positive"):  # an aligned model takes a speed, if positive
         speaker.speak("the quick", speed=0.0)
     # a bad default is refused with one line (exit 2), nothing written
-    assert main(["gepard-export", str(run), "--out", str(tmp_path / "bad"), "--temperature", "-1"]) == 2
+    assert export_main(["gepard-export", str(run), "--out", str(tmp_path / "bad"), "--temperature", "-1"]) == 2
     assert not (tmp_path / "bad").exists()
 
 
@@ -362,5 +358,5 @@ def test_attention_supervision_flag_trains_a_stock_model_on_the_timing(corpus, t
     assert (cfg.guided.target, cfg.guided.weight) == ("aligned", 2.0)
     logged = [r["guided"] for r in read_metrics(run / "metrics.jsonl") if "guided" in r]
     assert logged and all(0 < g < 1 for g in logged)
-    assert main(["gepard-export", str(run), "--out", str(tmp_path / "export")]) == 0
+    assert export_main(["gepard-export", str(run), "--out", str(tmp_path / "export")]) == 0
     assert not load_gepard(tmp_path / "export").model.is_aligned

@@ -131,6 +131,7 @@ def test_voice_prefix_flag_trains_logs_its_terms_and_exports(corpus, tmp_path):
     from duet.train.metrics import read_metrics
     from duet.train.recipe import read_run_config
     from duet.train.recipes.gepard import GepardTrainConfig, main
+    from duet.train.recipes.gepard_export import main as export_main
 
     manifest, shards, _ = corpus
     run = tmp_path / "run"
@@ -144,6 +145,6 @@ def test_voice_prefix_flag_trains_logs_its_terms_and_exports(corpus, tmp_path):
     assert cfg.model.voice.lr_multiplier == 1.0 and cfg.data.held_out_speakers == ("nobody",)
     logged = [r for r in read_metrics(run / "metrics.jsonl") if "div" in r]
     assert logged and all(r["div"] >= 0 and r["supcon"] >= 0 for r in logged)
-    assert main(["gepard-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
+    assert export_main(["gepard-export", str(run), "--out", str(tmp_path / "ship"), "--latest"]) == 0
     shipped = load_gepard(tmp_path / "ship").model
     assert shipped.has_voice and shipped.config == cfg.model

@@ -13,7 +13,10 @@ import torch
 
 from duet.errors import DuetError
 from duet.luna.decode import DecodeConfig, guidance_rows, maskgit_decode
-from duet.luna.grpo import (
+from duet.luna.model import LunaInputs, LunaModel, condition_rows
+from duet.luna.trajectory import TrajectoryRecorder
+from duet.metrics.clip import ClipScore
+from duet.train.objectives.luna_grpo import (
     GRPOConfig,
     clipped_surrogate,
     group_advantages,
@@ -21,9 +24,11 @@ from duet.luna.grpo import (
     kl_k3,
     replay,
 )
-from duet.luna.model import LunaInputs, LunaModel, condition_rows
-from duet.luna.rewards import CandidateScore, lexicographic_rewards
-from duet.luna.trajectory import TrajectoryRecorder
+from duet.train.rewards import lexicographic_rewards
+
+
+def scored(wer: float, sim: float | None = None) -> ClipScore:
+    return ClipScore(wer=wer, sim=sim)
 
 POLICIES = [
     DecodeConfig(steps=4, temperature=1.0, top_k=0, cfg_scale=2.0),
@@ -227,22 +232,22 @@ def test_group_advantages_against_naive_loops_and_skip_groups_without_signal():
 
 
 def test_lexicographic_rewards_wer_first_then_sim():
-    s = [CandidateScore(0.2, 0.9), CandidateScore(0.1, 0.1), CandidateScore(0.2, 0.5), CandidateScore(0.5, 0.99)]
+    s = [scored(0.2, 0.9), scored(0.1, 0.1), scored(0.2, 0.5), scored(0.5, 0.99)]
     assert lexicographic_rewards(s) == [1.0, 3.0, -1.0, -3.0]  # order 1 > 0 > 2 > 3
     # Without references SIM is absent: equal WERs tie; a measured SIM beats a missing one.
-    assert lexicographic_rewards([CandidateScore(0.3), CandidateScore(0.3), CandidateScore(0.0)]) == [-1.0, -1.0, 2.0]
-    assert lexicographic_rewards([CandidateScore(0.3, 0.2), CandidateScore(0.3, None)]) == [1.0, -1.0]
+    assert lexicographic_rewards([scored(0.3), scored(0.3), scored(0.0)]) == [-1.0, -1.0, 2.0]
+    assert lexicographic_rewards([scored(0.3, 0.2), scored(0.3, None)]) == [1.0, -1.0]
     # All equal: no preference, so the group is skipped.
-    flat = lexicographic_rewards([CandidateScore(1.0, 0.4)] * 3)
+    flat = lexicographic_rewards([scored(1.0, 0.4)] * 3)
     assert not group_advantages(torch.tensor([flat]))[1].any()
     # Within wer_tie the WERs count as equal and SIM decides.
-    assert lexicographic_rewards([CandidateScore(0.30, 0.1), CandidateScore(0.31, 0.9)], wer_tie=0.02) == [-1.0, 1.0]
+    assert lexicographic_rewards([scored(0.30, 0.1), scored(0.31, 0.9)], wer_tie=0.02) == [-1.0, 1.0]
 
 
 def test_net_wins_give_the_rank_advantages_of_a_strict_order():
     g = torch.Generator().manual_seed(2)
     wer = torch.rand(6, generator=g).tolist()
-    rewards = lexicographic_rewards([CandidateScore(w) for w in wer])
+    rewards = lexicographic_rewards([scored(w) for w in wer])
     rank = [float(sum(w < x for x in wer)) for w in wer]  # candidates it beats
     a, _ = group_advantages(torch.tensor([rewards]))
     b, _ = group_advantages(torch.tensor([rank]))

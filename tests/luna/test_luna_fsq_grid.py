@@ -308,4 +308,4 @@ def test_realtime_continues_an_fsq_luna_on_fsq_shards(tmp_path, capsys):
     assert shipped.decode == {"temperature": 0.0, "steps": 4}
     assert main(["luna-realtime-export", str(tmp_path / "run"), "--out", str(tmp_path / "bad"), "--latest",
                  "--temperature", "-1"]) == 2
-    assert "temperature must be >= 0" in capsys.readouterr().err
+    assert "temperature must be a number in [0, 10]" in capsys.readouterr().err

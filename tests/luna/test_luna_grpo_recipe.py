@@ -21,10 +21,15 @@ from duet.data.utterances import train_tokenizer
 from duet.errors import DuetError
 from duet.luna.bundle import LunaBundle
 from duet.luna.decode import DecodeConfig
-from duet.luna.grpo import group_advantages, grpo_loss
-from duet.luna.rewards import CandidateScore
 from duet.luna.shipped import load_luna, save_luna
-from duet.posttrain.luna import (
+from duet.metrics.clip import ClipScore
+from duet.text import get_tokenizer
+from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
+from duet.train.grpo_loop import GRPOPrompt, GRPOStepConfig, backward_groups, rollout
+from duet.train.loop import LoopConfig
+from duet.train.metrics import read_metrics
+from duet.train.objectives.luna_grpo import group_advantages, grpo_loss
+from duet.train.recipes.luna_grpo import (
     LunaGRPOConfig,
     PromptSelection,
     add_train_luna_grpo_parser,
@@ -33,11 +38,6 @@ from duet.posttrain.luna import (
     read_prompts,
     train_luna_grpo,
 )
-from duet.text import get_tokenizer
-from duet.train.checkpoint import latest_checkpoint, load_weights, read_state
-from duet.train.grpo_loop import GRPOPrompt, GRPOStepConfig, backward_groups, rollout
-from duet.train.loop import LoopConfig
-from duet.train.metrics import read_metrics
 
 Q, K = 4, 64
 
@@ -54,10 +54,19 @@ def corpus(tmp_path_factory):
     return manifest, shipped, write_tiny_rvq_codec(root)
 
 
-def fake_scorer(audio: np.ndarray, sample_rate: int, text: str, reference) -> CandidateScore:
+class FakeScorer:
     """Fast and deterministic in the audio: a WER from its energy, in steps of 0.25, and a SIM from its mean."""
-    energy = float(np.abs(audio).mean())
-    return CandidateScore(wer=float(int(energy * 1e5) % 4) / 4, sim=float(np.tanh(audio.mean() * 1e3)))
+
+    def score(self, audio: np.ndarray, sample_rate: int, text: str, reference=None) -> ClipScore:
+        energy = float(np.abs(audio).mean())
+        return ClipScore(wer=float(int(energy * 1e5) % 4) / 4, sim=float(np.tanh(audio.mean() * 1e3)))
+
+
+class TiedScorer:
+    """Every candidate alike: no group has a preference."""
+
+    def score(self, audio: np.ndarray, sample_rate: int, text: str, reference=None) -> ClipScore:
+        return ClipScore(wer=0.5, sim=0.3)
 
 
 def _config(corpus, **loop) -> LunaGRPOConfig:
@@ -114,10 +123,10 @@ def test_train_resume_export_load(corpus, tmp_path):
     is a shipped Luna with the trained acoustic weights and the untouched duration predictor."""
     _, shipped, _ = corpus
     cfg = _config(corpus)
-    a = train_luna_grpo(cfg, tmp_path / "a", scorer=fake_scorer, progress=False)
-    train_luna_grpo(cfg, tmp_path / "b", scorer=fake_scorer, progress=False, stop_at_step=2)
+    a = train_luna_grpo(cfg, tmp_path / "a", scorer=FakeScorer(), progress=False)
+    train_luna_grpo(cfg, tmp_path / "b", scorer=FakeScorer(), progress=False, stop_at_step=2)
     torch.manual_seed(99)  # the resume must not depend on the global RNG
-    b = train_luna_grpo(None, tmp_path / "b", resume=True, scorer=fake_scorer, progress=False)
+    b = train_luna_grpo(None, tmp_path / "b", resume=True, scorer=FakeScorer(), progress=False)
     assert a.step == b.step == 4 and a.skipped_steps == 0
 
     rows_a, rows_b = read_metrics(tmp_path / "a" / "metrics.jsonl"), read_metrics(tmp_path / "b" / "metrics.jsonl")
@@ -152,7 +161,7 @@ def test_groups_without_preference_are_skipped_and_counted(corpus, tmp_path):
     not move."""
     _, shipped, _ = corpus
     cfg = replace(_config(corpus, max_steps=2, val_every=0), step=replace(_config(corpus).step, ppo_epochs=1))
-    train_luna_grpo(cfg, tmp_path / "run", progress=False, scorer=lambda *a: CandidateScore(wer=0.5, sim=0.3))
+    train_luna_grpo(cfg, tmp_path / "run", progress=False, scorer=TiedScorer())
     steps = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r]
     assert [r["groups_skipped"] for r in steps] == [2, 2] and all(r["loss"] == 0.0 for r in steps)
     trained = load_weights(latest_checkpoint(tmp_path / "run"), "model")
@@ -168,7 +177,7 @@ def test_a_skipped_group_adds_nothing_and_leaves_the_normaliser(corpus):
     codec, tok = load_codec(str(codec_dir)), get_tokenizer(shipped / "tokenizer.json")
     decode = DecodeConfig(steps=3, temperature=1.0, cfg_scale=2.0)
     g = torch.Generator().manual_seed(0)
-    groups = [rollout(loaded.bundle, tok, codec, fake_scorer, GRPOPrompt(text), decode, 3, 6, g)
+    groups = [rollout(loaded.bundle, tok, codec, FakeScorer(), GRPOPrompt(text), decode, 3, 6, g)
               for text in ("Hello there.", "Thank you.")]
     advantages, _ = group_advantages(torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, 1.0]]))
     kept = torch.tensor([False, True])
@@ -201,7 +210,7 @@ def test_command_line_flags_and_refusals(corpus, tmp_path):
                                             "--group-size", "1"]))
     with pytest.raises(DuetError, match="temperature > 0"):
         train_luna_grpo(replace(_config(corpus), decode=DecodeConfig(steps=2, temperature=0.0)), tmp_path / "t0",
-                        scorer=fake_scorer, progress=False)
+                        scorer=FakeScorer(), progress=False)
 
 
 def test_duet_train_lists_luna_grpo(capsys):

@@ -252,7 +252,7 @@ def test_runtime_close_runs_when_the_server_stops():
 
 
 def test_fields_a_request_leaves_out_take_the_models_defaults():
-    from duet.tts.sampling import SamplingParams
+    from duet.sampling import SamplingParams
 
     client, _, runtime = client_for(MockConfig(params=SamplingParams(temperature=0.5, top_k=7)))
     with client:

@@ -9,13 +9,13 @@ import pytest
 from serve_testing import make_engine, wait_until
 
 from duet.errors import DuetError
+from duet.sampling import SamplingParams
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.errors import InvalidRequest, QueueFull
 from duet.serve.mock import MockConfig, MockRuntime
 from duet.serve.scheduler import SchedulerConfig
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import StepOutput
-from duet.tts.sampling import SamplingParams
 
 SPF = MockConfig().samples_per_frame
 

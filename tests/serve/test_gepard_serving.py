@@ -12,16 +12,16 @@ import torch
 
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.gepard.config import GepardConfig, with_aligned_input
-from duet.gepard.generate import SamplingConfig, generate
+from duet.gepard.generate import generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.nn.backbone import BackboneConfig
+from duet.sampling import FrameBound, SamplingParams
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
 from duet.serve.mock import MockCodec
 from duet.tts.gepard import GepardRuntime, GepardRuntimeConfig
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import check_request
-from duet.tts.sampling import SamplingParams
 
 SOT, EOT, SOS = 61, 62, 63  # test-only service ids inside the micro vocabulary
 FRAMES = 12
@@ -53,9 +53,9 @@ def model(request):
     return micro_model().to(request.param)
 
 
-def runtime_for(model, **config) -> GepardRuntime:
-    config = {"max_frames": 64, **config}
-    return GepardRuntime(model, packed_codec(), encode, "micro", GepardRuntimeConfig(**config))
+def runtime_for(model, **bound) -> GepardRuntime:
+    bound = {"max_frames": 64, **bound}
+    return GepardRuntime(model, packed_codec(), encode, "micro", GepardRuntimeConfig(FrameBound(**bound)))
 
 
 def greedy(text: str) -> SynthesisRequest:
@@ -64,8 +64,7 @@ def greedy(text: str) -> SynthesisRequest:
 
 def offline(model, text: str) -> torch.Tensor:
     prompt = GepardPrompt(torch.tensor([encode(text)], device=model.embed_tokens.weight.device))
-    result = generate(model, prompt, config=SamplingConfig(temperature=0, stop_threshold=0.999, max_frames=FRAMES,
-                                                           margin_frames=FRAMES))
+    result = generate(model, prompt, params=SamplingParams(temperature=0, stop_threshold=0.999, max_frames=FRAMES))
     assert result.lengths.item() == FRAMES  # random weights: the stop head never reaches 0.999
     return GroupFSQ(FSQConfig()).fold(result.codes.cpu())[0]  # (G, T)
 
@@ -107,9 +106,8 @@ def test_sampled_frames_of_one_seed_are_the_same_offline_and_served(model):
     expected = []
     for text, seed in zip(texts, seeds):
         prompt = GepardPrompt(torch.tensor([encode(text)], device=device))
-        config = SamplingConfig(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES,
-                                margin_frames=FRAMES, seed=seed)
-        expected.append(GroupFSQ(FSQConfig()).fold(generate(model, prompt, config=config).codes.cpu())[0])
+        params = SamplingParams(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES, seed=seed)
+        expected.append(GroupFSQ(FSQConfig()).fold(generate(model, prompt, params=params).codes.cpu())[0])
     runtime = runtime_for(model)
     params = SamplingParams(temperature=0.8, top_k=5, stop_threshold=0.999, max_frames=FRAMES)
     states = runtime.prefill([SynthesisRequest(text=t, params=params) for t in texts], seeds)  # one batch

@@ -18,9 +18,10 @@ from duet.codecs.base import DecodeResult
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
 from duet.gepard.config import GepardConfig, with_voice_prefix
-from duet.gepard.generate import SamplingConfig, frame_bound, generate
+from duet.gepard.generate import generate
 from duet.gepard.model import GepardModel, GepardPrompt
 from duet.nn.backbone import BackboneConfig
+from duet.sampling import FrameBound, SamplingParams
 from duet.serve.api import create_app
 from duet.serve.engine import Engine
 from duet.serve.errors import InvalidRequest
@@ -29,7 +30,6 @@ from duet.serve.schemas import ServeConfig
 from duet.tts.gepard import GepardRuntime, GepardRuntimeConfig
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import check_request
-from duet.tts.sampling import SamplingParams
 from duet.tts.speaker import Speaker
 
 SOT, EOT, SOS = 61, 62, 63  # test-only service ids inside the micro vocabulary
@@ -73,7 +73,7 @@ def pcm_frames(body: bytes) -> np.ndarray:
 
 def runtime_for(model: GepardModel, **params) -> GepardRuntime:
     """Bounded at FRAMES frames whatever the text; the stop head (random weights) never reaches the threshold."""
-    config = GepardRuntimeConfig(frames_per_token=0.0, margin_frames=FRAMES, max_frames=64,
+    config = GepardRuntimeConfig(FrameBound(frames_per_token=0.0, margin_frames=FRAMES, max_frames=64),
                                  params=SamplingParams(stop_threshold=0.999999, **params))
     return GepardRuntime(model, CodesCodec(SR, SPF, (FSQConfig().codebook_size,) * 8), encode, "micro", config)
 
@@ -108,15 +108,13 @@ def test_served_cloning_equals_the_offline_sampler_with_the_clips_prefix(model):
     request = SynthesisRequest("clone me", reference=reference, params=runtime.default_params)  # greedy
     ids = encode("clone me")
     assert runtime.prompt_positions(request) == K + len(ids)  # [prefix | text]
-    assert runtime.frame_bound(request) == frame_bound(len(ids) - 3, SamplingConfig(frames_per_token=0.0,
-                                                                                     margin_frames=FRAMES))
+    assert runtime.frame_bound(request) == FrameBound(frames_per_token=0.0, margin_frames=FRAMES).frames(len(ids) - 3)
     fsq = GroupFSQ(FSQConfig())
     packed = runtime.codec.encode(torch.from_numpy(reference)[None]).codes  # (1, G, P)
     with torch.no_grad():
         prefix = model.voice_prefix(fsq.unfold(packed))  # (1, K, D)
     expected = generate(model, GepardPrompt(torch.tensor([ids]), prefix=prefix),
-                        config=SamplingConfig(temperature=0, stop_threshold=0.999999, max_frames=FRAMES,
-                                              margin_frames=FRAMES))
+                        params=SamplingParams(temperature=0, stop_threshold=0.999999, max_frames=FRAMES))
     assert expected.lengths.item() == FRAMES
     assert torch.equal(drive(runtime, request), fsq.fold(expected.codes)[0])
 

@@ -11,12 +11,12 @@ from fastapi.testclient import TestClient
 
 import duet
 from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_luna_realtime
+from duet.sampling import SamplingParams
 from duet.serve.api import create_app
 from duet.serve.engine import Engine
 from duet.text.tokens import EMOTIONS
 from duet.tts import load_runtime
 from duet.tts.request import SynthesisRequest
-from duet.tts.sampling import SamplingParams
 
 TEXT = "Well [laugh] hello there."
 

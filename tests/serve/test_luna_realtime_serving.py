@@ -31,6 +31,7 @@ from duet.eval.synth import SynthOptions, load_synthesizer
 from duet.eval.testset import TestItem
 from duet.finish import BOUND, STOP
 from duet.luna.stream import StreamConfig, collect, stream_speech
+from duet.sampling import SamplingParams
 from duet.serve.api import create_app
 from duet.serve.cli import FAMILIES
 from duet.serve.engine import Engine
@@ -40,7 +41,6 @@ from duet.tts import load_runtime
 from duet.tts.luna_realtime import RealtimeRuntime, load_realtime_runtime
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyRuntime, check_request
-from duet.tts.sampling import SamplingParams
 from duet.tts.speaker import Speaker
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."

@@ -29,6 +29,7 @@ from duet.luna.decode import DecodeConfig, maskgit_decode
 from duet.luna.duration import total_frames
 from duet.luna.model import LunaInputs
 from duet.luna.shipped import load_luna
+from duet.sampling import SamplingParams
 from duet.serve.api import create_app
 from duet.serve.cli import FAMILIES
 from duet.serve.engine import Engine
@@ -38,7 +39,6 @@ from duet.tts import load_runtime
 from duet.tts.luna import LunaRuntime
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyRuntime, check_request
-from duet.tts.sampling import SamplingParams
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."
 

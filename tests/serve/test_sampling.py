@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from duet.errors import DuetError
-from duet.gepard.sampling import channel_logit_mask, filter_logits
-from duet.tts.sampling import SamplingParams, sample_requests
+from duet.gepard.sampling import channel_logit_mask, filter_logits, sample_requests
+from duet.sampling import SamplingParams
 
 LEVELS = (8, 7, 6, 6) * 8
 

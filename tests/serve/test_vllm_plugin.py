@@ -41,14 +41,14 @@ from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.codecs.registry import build, save_pretrained
 from duet.gepard.checkpoint import load_gepard, save_gepard
 from duet.gepard.config import gepard_tiny, with_aligned_input, with_voice_prefix
-from duet.gepard.generate import SamplingConfig, generate
+from duet.gepard.generate import generate
 from duet.gepard.model import GepardModel, GepardPrompt
+from duet.sampling import SamplingParams
 from duet.serve.vllm.export import export_for_vllm
 from duet.text.bpe import BPEConfig, save_bpe, train_bpe
 from duet.text.prompts import gepard_prompt
 from duet.tts.gepard import GepardRuntime
 from duet.tts.request import SynthesisRequest
-from duet.tts.sampling import SamplingParams
 from process_testing import child_pids
 
 VLLM_PYTHON = os.environ.get("DUET_VLLM_PYTHON", "")
@@ -104,9 +104,9 @@ def reference(tiny, text: str, bound: int, stop_threshold: float, speed: float =
     """duet's own greedy sampler: frames (T, C), how it ended, stop probabilities per step (``prefix`` (1, K, D):
     a voice prefix; a model with the compressor reads ``null_prefix`` without one)."""
     ids = tiny["encode"](text)
-    config = SamplingConfig(temperature=0, stop_threshold=stop_threshold, max_frames=bound, margin_frames=bound)
+    params = SamplingParams(temperature=0, stop_threshold=stop_threshold, max_frames=bound)
     prompt = GepardPrompt(torch.tensor([ids]), prefix=prefix, speed=speed)
-    result = generate(tiny["loaded"].model, prompt, config=config)
+    result = generate(tiny["loaded"].model, prompt, params=params)
     n = int(result.lengths[0])
     return result.codes[0, :, :n].T.tolist(), result.ended[0], result.probes.stop_prob[0].tolist()
 

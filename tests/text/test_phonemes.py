@@ -101,3 +101,20 @@ def test_offsets_index_the_surface_string(trained):
     offsets = enc["offset_mapping"][0]
     assert "".join(ipa[a:b] for a, b in offsets).replace(" ", "") == ipa.replace(" ", "")
     assert sum(token_weights(ipa, offsets)) == sum(not ch.isspace() for ch in ipa)
+
+
+def test_the_plain_tokenizer_gives_the_transformers_tokenizers_ids(trained):
+    """``duet speak`` reads a shipped model's tokenizer through ``tokenizers`` alone (``PlainBPE``): the same ids,
+    length, service ids, voice and surface as the transformers tokenizer, for a plain and a phoneme BPE."""
+    from duet.text.bpe import PlainBPE
+    from duet.text.phonemes import phoneme_voice, surface
+    from duet.text.tokens import service_ids
+
+    for path in trained:
+        full, light = load_bpe(path), get_tokenizer(path, plain=True)
+        assert isinstance(light, PlainBPE) and len(light) == len(full)
+        assert phoneme_voice(light) == phoneme_voice(full) and service_ids(light) == service_ids(full)
+        for text in ("Hello there, my friend.", "Well [laughter] no!", "  the lazy   fox <|eot|>"):
+            assert light.encode(text, add_special_tokens=False) == full.encode(text, add_special_tokens=False)
+            assert surface(light, text) == surface(full, text)
+    assert phoneme_voice(get_tokenizer(trained[1], plain=True)) == "en-us"

@@ -20,7 +20,7 @@ from duet.cli import main
 from duet.errors import DuetError
 from duet.text.prompts import luna_prompt
 from duet.text.tokens import service_ids
-from duet.tts.luna_edit import span_frames_of
+from duet.tts.luna_edit import CROSSFADE_SECONDS, span_frames_of, splice
 
 TEXT = "Good morning."
 
@@ -65,8 +65,13 @@ def test_a_retake_keeps_the_codes_outside_the_span_and_matches_the_grid_level_ed
     expected = edit(luna_speaker.runtime.model, ids, before, (a, b), b - a, replace(luna_speaker.runtime.config.decode, steps=4),
                     generator=torch.Generator().manual_seed(4))
     assert torch.equal(edited.grid, expected.grid)
-    audio_expected = luna_speaker.codec.decode(expected.grid.T[None]).audio[0].numpy()
-    np.testing.assert_allclose(edited.speech.audio, audio_expected, atol=1e-6)
+    decoded = luna_speaker.codec.decode(expected.grid.T[None]).audio[0].numpy()
+    spf, fade = luna_speaker.codec.samples_per_frame, round(CROSSFADE_SECONDS * luna_speaker.sample_rate)
+    out = edited.speech.audio
+    assert out.shape == audio.shape
+    np.testing.assert_array_equal(out[:a * spf - fade], audio[:a * spf - fade])  # the recording, untouched
+    np.testing.assert_array_equal(out[b * spf + fade:], audio[b * spf + fade:])
+    np.testing.assert_allclose(out[a * spf:b * spf], decoded[a * spf:b * spf], atol=1e-6)  # the regenerated span
     assert edited.speech.pieces == (TEXT,) and edited.speech.sample_rate == luna_speaker.sample_rate
 
 
@@ -98,8 +103,41 @@ def test_a_new_transcript_resizes_the_span_by_the_change_in_predicted_length(lun
     edited = luna_speaker.edit(audio, TEXT, (0.2, 0.4), new_text=new_text, seed=1, steps=4)
     assert edited.span == (a, a + n) and edited.grid.shape[0] == before.shape[0] - (b - a) + n
     assert torch.equal(edited.grid[:a], before[:a]) and torch.equal(edited.grid[a + n:], before[b:])
-    assert edited.speech.audio.shape == (edited.grid.shape[0] * luna_speaker.codec.samples_per_frame,)
+    spf, fade = luna_speaker.codec.samples_per_frame, round(CROSSFADE_SECONDS * luna_speaker.sample_rate)
+    out = edited.speech.audio
+    assert out.shape == (len(audio) + (n - (b - a)) * spf,)  # the recording's length plus the span's change
+    np.testing.assert_array_equal(out[:a * spf - fade], audio[:a * spf - fade])
+    np.testing.assert_array_equal(out[(a + n) * spf + fade:], audio[b * spf + fade:])  # shifted by the change
     assert edited.speech.pieces == (new_text,)
+
+
+def _naive_splice(recording, decoded, start, old_end, new_end, fade):
+    f0 = min(fade, start)  # each fade shortened to the samples there are
+    f1 = min(fade, len(recording) - old_end, len(decoded) - new_end)
+    out = []
+    for i in range(new_end + len(recording) - old_end):
+        if i < start:  # before the span: the recording, fading into the decode over its last ``f0`` samples
+            k = start - i  # 1..start
+            w = (f0 + 1 - k) / (f0 + 1) if k <= f0 else 0.0
+            out.append((1 - w) * recording[i] + w * decoded[i])
+        elif i < new_end:
+            out.append(decoded[i])
+        else:  # after it: the decode's continuation fading into the recording
+            j = i - new_end  # 0..
+            w = (j + 1) / (f1 + 1) if j < f1 else 1.0
+            d = decoded[i] if j < f1 else 0.0
+            out.append((1 - w) * d + w * recording[old_end + j])
+    return np.array(out, dtype=np.float32)
+
+
+@pytest.mark.parametrize("start, old_end, new_end", [(40, 60, 60), (40, 60, 75), (40, 70, 50), (3, 60, 70),
+                                                     (40, 95, 95)])
+def test_splice_matches_a_sample_by_sample_reference(start, old_end, new_end):
+    rng = np.random.default_rng(0)
+    recording = rng.standard_normal(100).astype(np.float32)
+    decoded = rng.standard_normal(new_end + 100 - old_end).astype(np.float32)
+    got = splice(recording, decoded, start, old_end, new_end, fade=5)
+    np.testing.assert_allclose(got, _naive_splice(recording, decoded, start, old_end, new_end, 5), atol=1e-6)
 
 
 def test_editing_is_seeded(luna_speaker):
@@ -172,3 +210,47 @@ def test_cli_errors_are_one_line_and_write_nothing(luna_dir, luna_speaker, tmp_p
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+class _Judge:
+    """A recogniser stand-in: hears each making with the next WER of ``wers``; records what it was asked."""
+
+    def __init__(self, wers):
+        self.wers, self.calls = list(wers), []
+
+    def score(self, audio, sample_rate, text, reference=None):
+        from duet.metrics.clip import ClipScore
+
+        self.calls.append((audio.copy(), text))
+        return ClipScore(self.wers[len(self.calls) - 1], f"heard {len(self.calls)}")
+
+
+def test_a_verified_edit_keeps_the_best_making_and_stops_once_one_is_heard(luna_speaker):
+    from duet.tts.luna_edit import verified_edit
+    from duet.tts.verify import SEED_STRIDE, VerifyConfig
+
+    audio, new_text = _recording(luna_speaker), "Good evening."
+    judge = _Judge([0.5, 0.2, 0.4])
+    edited, score = verified_edit(luna_speaker.runtime, audio, TEXT, (0.2, 0.5), judge, VerifyConfig(tries=3),
+                                  new_text=new_text, seed=5, steps=4)
+    assert [text for _, text in judge.calls] == [new_text] * 3  # judged against the new transcript
+    assert (score.tries, score.kept, score.first_wer, score.wer) == (3, 1, 0.5, 0.2)
+    second = luna_speaker.edit(audio, TEXT, (0.2, 0.5), new_text=new_text, seed=5 + SEED_STRIDE, steps=4)
+    assert torch.equal(edited.grid, second.grid)  # the kept making is the second, seeded seed + stride
+    np.testing.assert_array_equal(edited.speech.audio, judge.calls[1][0])
+
+    judge = _Judge([0.0, 0.9])
+    _, score = verified_edit(luna_speaker.runtime, audio, TEXT, (0.2, 0.5), judge, VerifyConfig(tries=3),
+                             new_text=new_text, seed=5, steps=4)
+    assert len(judge.calls) == 1 and (score.tries, score.wer) == (1, 0.0)  # heard at once: no retry
+
+
+def test_cli_verify_flags_are_checked_before_loading(luna_dir, tmp_path, capsys):
+    src = tmp_path / "in.wav"
+    sf.write(src, np.zeros(100, np.float32), 22050)
+    argv = ["edit", str(src), "--text", TEXT, "--span", "0.1:0.2", "-o", str(tmp_path / "o.wav"), "--model",
+            str(luna_dir)]
+    assert main([*argv, "--verify-tries", "2"]) == 2
+    assert "--verify-tries goes with --verify" in capsys.readouterr().err
+    assert main([*argv, "--verify", "--verify-tries", "0"]) == 2
+    assert "verify tries must be in [1, 16]" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import soundfile as sf
 
 import duet
 from checkpoint_testing import write_tiny_gepard
+from duet.sampling import FrameBound
 from duet.text.segmenter import SegmenterConfig, TextSegmenter
 from duet.tts.live import read_deltas, speak_live
 
@@ -30,7 +31,7 @@ def model_dir(tmp_path_factory):
 def speaker(model_dir):
     speaker = duet.load(model_dir)
     runtime = speaker.runtime  # random weights rarely stop: a fixed bound keeps each piece short
-    runtime.config = replace(runtime.config, frames_per_token=0.0, margin_frames=5,
+    runtime.config = replace(runtime.config, bound=FrameBound(frames_per_token=0.0, margin_frames=5),
                              params=replace(runtime.config.params, stop_threshold=0.999999))
     return speaker
 

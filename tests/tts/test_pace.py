@@ -1,7 +1,8 @@
 """SSML marks on their way to the audio (``duet.tts.pace``, ``duet.tts.pace_layout``): pieces and their marks, the
 durations of randomly initialised aligned micro models of every family, and where the Speaker puts the pauses.
-Random weights make noise, not speech: the layout (what the word timings read) is what is checked here;
-``test_pace_shipped`` measures the silences in gepard-tiny's audio."""
+Random weights make noise, not speech: the layout (what the word timings read) is what is checked here, with the
+pause fitting off; with it on, noise has no quiet stretch, so a break is spliced in (``test_pause_fit`` fits
+synthetic pauses of known length; ``test_pace_shipped`` measures the silences in gepard-tiny's audio)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_lu
 from duet.errors import InvalidRequest
 from duet.text.ssml import parse_ssml
 from duet.tts.pace import MarkedPieces, Pace, gap_seconds, paced_pieces, piece_pace
+from duet.tts.pause_fit import quiet_edges, quiet_runs
+from duet.tts.speaker import Speaker
+from duet.tts.timestamps import scaled
+from duet.tts.wsola import stretch
 
 FAMILIES = ["gepard", "luna", "realtime"]
 
@@ -129,10 +134,15 @@ def _word(words, text):
     return next(w for w in words if w.word == text)
 
 
+def _layout_only(speaker):
+    """The same model with breaks left as the layout made them (no pause fitting)."""
+    return Speaker(speaker.runtime, replace(speaker.config, fit_pauses=False))
+
+
 @pytest.mark.parametrize("seconds", [0.3, 1.0])
 def test_a_break_between_words_is_the_gap_in_the_layout(speaker, seconds):
     ssml = f'<speak>Hello there <break time="{seconds:g}s"/> how are you?</speak>'
-    speech = speaker.speak(ssml, seed=0, **_options(speaker))
+    speech = _layout_only(speaker).speak(ssml, seed=0, **_options(speaker))
     assert speech.pieces == ("Hello there, how are you?",)
     gap = _word(speech.words, "how").start - _word(speech.words, "there").end
     # Luna rounds its grid to whole frames and stretches the layout to it: a fraction of a frame off
@@ -155,15 +165,59 @@ def test_a_rate_stretches_the_words_in_its_span(gepard):
 
 def test_speed_and_rate_multiply_and_breaks_stay_absolute(gepard):
     text = '<speak>Hello <prosody rate="2">there</prosody> <break time="500ms"/> you.</speak>'
-    fast = gepard.speak(text, seed=0, speed=2.0).words
+    fast = _layout_only(gepard).speak(text, seed=0, speed=2.0).words
     plain = gepard.speak("Hello there, you.", seed=0).words  # the break's comma is in what the model reads
     a, b = _word(plain, "there"), _word(fast, "there")
     assert b.end - b.start == pytest.approx((a.end - a.start) / 4)
     assert _word(fast, "you").start - _word(fast, "there").end == pytest.approx(0.5)
 
 
+def _silent_run(audio, around: int) -> int:
+    """Samples of the run of exact zeros that holds sample ``around``."""
+    a = b = around
+    while a > 0 and audio[a - 1] == 0:
+        a -= 1
+    while b < len(audio) and audio[b] == 0:
+        b += 1
+    return b - a
+
+
+@pytest.mark.parametrize("seconds", [0.3, 1.0])
+def test_a_fitted_break_in_noise_is_spliced_silence_and_the_words_move_with_it(speaker, seconds):
+    ssml = f'<speak>Hello there <break time="{seconds:g}s"/> how are you?</speak>'
+    laid = _layout_only(speaker).speak(ssml, seed=0, **_options(speaker))
+    fitted = speaker.speak(ssml, seed=0, **_options(speaker))
+    rate = fitted.sample_rate
+    assert len(fitted.audio) == len(laid.audio) + round(seconds * rate)  # noise: no quiet run, the break spliced
+    there, how = _word(fitted.words, "there"), _word(fitted.words, "how")
+    assert there == _word(laid.words, "there")
+    inserted = next(i for i in range(len(laid.audio)) if fitted.audio[i] != laid.audio[i])  # the splice's fade
+    assert there.end <= inserted / rate <= _word(laid.words, "how").start  # inside the layout's gap
+    zeros = _silent_run(fitted.audio, inserted + round(seconds * rate / 2))
+    assert zeros == pytest.approx(seconds * rate, abs=2)  # the silence heard: the break (fades at its edges)
+    assert how.start == pytest.approx(_word(laid.words, "how").start + seconds)
+    times = [t for w in fitted.words for t in (w.start, w.end)]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] <= fitted.seconds
+
+
+def test_a_speed_slower_than_the_model_follows_is_made_at_its_slowest_and_stretched(gepard):
+    slowest = gepard.config.followed_speeds[0]
+    made = gepard.speak("Hello there, how are you?", seed=0, speed=slowest)
+    slow = gepard.speak("Hello there, how are you?", seed=0, speed=slowest / 2)
+    assert np.array_equal(slow.audio, stretch(made.audio, 2.0, made.sample_rate))
+    assert slow.words == scaled(made.words, 2.0)
+    assert slow.words[-1].end <= slow.seconds
+
+
+def test_a_break_at_a_stretched_speed_is_laid_out_shorter(gepard):
+    text = '<speak>Hello there <break time="600ms"/> how are you?</speak>'
+    slowest = gepard.config.followed_speeds[0]
+    slow = _layout_only(gepard).speak(text, seed=0, speed=slowest / 2).words
+    assert _word(slow, "how").start - _word(slow, "there").end == pytest.approx(0.6)
+
+
 def test_a_pause_between_pieces_is_sized_from_word_to_word(luna):
-    speech = luna.speak('<speak>One two three. <break time="1s"/> Four five six.</speak>', seed=0, steps=2)
+    speech = _layout_only(luna).speak('<speak>One two three. <break time="1s"/> Four five six.</speak>', seed=0, steps=2)
     assert len(speech.pieces) == 2
     pause = _word(speech.words, "Four").start - _word(speech.words, "three").end
     assert pause == pytest.approx(1.0, abs=2.0 / speech.sample_rate)
@@ -171,11 +225,37 @@ def test_a_pause_between_pieces_is_sized_from_word_to_word(luna):
 
 def test_a_pause_after_the_text_is_silence_after_its_last_word(luna):
     plain = luna.speak("One two three.", seed=0, steps=2)
-    paused = luna.speak('<speak>One two three.<break time="1.5s"/></speak>', seed=0, steps=2)
+    paused = _layout_only(luna).speak('<speak>One two three.<break time="1.5s"/></speak>', seed=0, steps=2)
     assert paused.words == plain.words
     assert paused.seconds - paused.words[-1].end == pytest.approx(max(1.5, plain.seconds - plain.words[-1].end),
                                                                  abs=2.0 / paused.sample_rate)
     assert (paused.audio[len(plain.audio):] == 0).all()
+
+
+def _quiet_run_at(audio, rate, t: float) -> float:
+    """Seconds of the quiet run (duet.tts.pause_fit's threshold, against the whole clip) that holds time t."""
+    return next((b - a) / rate for a, b in quiet_runs(audio, rate) if a <= t * rate <= b)
+
+
+def test_fitted_pauses_between_pieces_and_after_the_text_are_the_quiet_stretches(luna):
+    speech = luna.speak('<speak>One two three. <break time="1s"/> Four five six.<break time="1.5s"/></speak>',
+                        seed=0, steps=2)
+    assert len(speech.pieces) == 2
+    middle = (_word(speech.words, "three").end + _word(speech.words, "Four").start) / 2
+    assert _quiet_run_at(speech.audio, speech.sample_rate, middle) == pytest.approx(1.0, abs=0.021)
+    assert _quiet_run_at(speech.audio, speech.sample_rate, speech.seconds - 0.001) == pytest.approx(1.5, abs=0.021)
+    times = [t for w in speech.words for t in (w.start, w.end)]
+    assert times == sorted(times) and times[-1] <= speech.seconds
+
+
+def test_quiet_edges_of_a_piece():
+    rate = 16000
+    tone = (0.5 * np.sin(2 * np.pi * 200 * np.arange(rate // 2) / rate)).astype(np.float32)
+    audio = np.concatenate([np.zeros(int(0.25 * rate), np.float32), tone, np.zeros(int(0.4 * rate) + 7, np.float32)])
+    lead, trail = quiet_edges(audio, rate)
+    assert lead == pytest.approx(0.25, abs=0.011) and trail == pytest.approx(0.4 + 7 / rate, abs=0.011)
+    assert quiet_edges(tone, rate) == (0.0, 0.0)
+    assert quiet_edges(np.zeros(rate, np.float32), rate) == (1.0, 0.0)  # all quiet: counted once
 
 
 def test_a_model_without_a_layout_refuses_marks_inside_the_text(tmp_path):

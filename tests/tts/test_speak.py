@@ -27,8 +27,10 @@ def _bounded(speaker, frames: int = 6):
     """Random weights rarely fire the stop head: a small fixed bound keeps generations short and predictable."""
     from dataclasses import replace
 
+    from duet.sampling import FrameBound
+
     runtime = speaker.runtime
-    runtime.config = replace(runtime.config, frames_per_token=0.0, margin_frames=frames,
+    runtime.config = replace(runtime.config, bound=FrameBound(frames_per_token=0.0, margin_frames=frames),
                              params=replace(runtime.config.params, stop_threshold=0.999999))
     return speaker
 
@@ -110,8 +112,9 @@ def test_cfg_runs_the_unconditional_pass(tmp_path):
     import torch
 
     from duet.gepard.checkpoint import load_gepard
-    from duet.gepard.generate import SamplingConfig, stream
+    from duet.gepard.generate import stream
     from duet.gepard.model import GepardPrompt
+    from duet.sampling import FrameBound, SamplingParams
     from duet.text.prompts import gepard_prompt
 
     model_dir = write_tiny_gepard(tmp_path, text_dropout_prob=0.1)
@@ -121,9 +124,10 @@ def test_cfg_runs_the_unconditional_pass(tmp_path):
     defaults = speaker.runtime.default_params
 
     def frames(w: float) -> torch.Tensor:
-        sampling = SamplingConfig(temperature=defaults.temperature, top_k=defaults.top_k, stop_threshold=0.999999,
-                                  frames_per_token=0.0, margin_frames=8, cfg_scale=w, seed=5)
-        return torch.cat(list(stream(speaker.runtime.model, prompt, config=sampling, fsq=speaker.runtime.fsq,
+        sampling = SamplingParams(temperature=defaults.temperature, top_k=defaults.top_k, stop_threshold=0.999999,
+                                  cfg_scale=w, seed=5)
+        return torch.cat(list(stream(speaker.runtime.model, prompt, params=sampling,
+                                     bound=FrameBound(frames_per_token=0.0, margin_frames=8), fsq=speaker.runtime.fsq,
                                      uncond_prompt=prompt.unconditional() if w != 1 else None)))
 
     guided = speaker.codec.decode(frames(3.0).T[None]).audio[0].numpy()
@@ -139,9 +143,10 @@ def test_cfg_of_an_aligned_voice_model_guides_towards_the_reference_voice(tmp_pa
     import torch
 
     from duet.gepard.checkpoint import load_gepard
-    from duet.gepard.generate import SamplingConfig, stream
+    from duet.gepard.generate import stream
     from duet.gepard.model import GepardPrompt
     from duet.gepard.voice import reference_prefix
+    from duet.sampling import FrameBound, SamplingParams
     from duet.text.prompts import gepard_prompt
 
     model_dir = write_tiny_gepard(tmp_path, voice=True, aligned=True)
@@ -153,10 +158,10 @@ def test_cfg_of_an_aligned_voice_model_guides_towards_the_reference_voice(tmp_pa
     prefix = reference_prefix(model, speaker.codec, reference, speaker.runtime.fsq)
     prompt = GepardPrompt(torch.tensor([ids]), prefix=prefix)
     defaults = speaker.runtime.default_params
-    sampling = SamplingConfig(temperature=defaults.temperature, top_k=defaults.top_k, stop_threshold=0.999999,
-                              frames_per_token=0.0, margin_frames=8, cfg_scale=3.0, seed=5)
-    frames = torch.cat(list(stream(model, prompt, config=sampling, fsq=speaker.runtime.fsq,
-                                   uncond_prompt=model.unconditional(prompt))))
+    sampling = SamplingParams(temperature=defaults.temperature, top_k=defaults.top_k, stop_threshold=0.999999,
+                              cfg_scale=3.0, seed=5)
+    frames = torch.cat(list(stream(model, prompt, params=sampling, bound=FrameBound(frames_per_token=0.0, margin_frames=8),
+                                   fsq=speaker.runtime.fsq, uncond_prompt=model.unconditional(prompt))))
     guided = speaker.codec.decode(frames.T[None]).audio[0].numpy()
     out = speaker.speak("Hello there.", seed=5, cfg_scale=3.0, voice_ref=reference)
     np.testing.assert_allclose(out.audio, guided, atol=1e-5)

@@ -11,6 +11,7 @@ import pytest
 
 import duet
 from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_luna_realtime
+from duet.sampling import FrameBound
 from duet.tts.live import speak_live
 from duet.tts.request import SynthesisRequest
 from duet.tts.timestamps import TextLayout, shifted
@@ -79,7 +80,7 @@ def test_every_step_output_carries_the_layout_the_frames_follow(speaker):
 
 def test_a_model_without_aligned_input_has_no_timings(tmp_path):
     speaker = _never_stops(duet.load(write_tiny_gepard(tmp_path)))
-    speaker.runtime.config = replace(speaker.runtime.config, frames_per_token=0.0, margin_frames=4)
+    speaker.runtime.config = replace(speaker.runtime.config, bound=FrameBound(frames_per_token=0.0, margin_frames=4))
     assert not speaker.has_timings
     assert speaker.speak("Hello there.", seed=0).words is None
     collected: list = []

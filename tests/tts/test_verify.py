@@ -11,8 +11,8 @@ import pytest
 import duet
 from checkpoint_testing import write_tiny_gepard
 from duet.errors import DuetError
+from duet.sampling import SamplingParams
 from duet.tts.request import SynthesisRequest
-from duet.tts.sampling import SamplingParams
 from duet.tts.verify import SEED_STRIDE, BestOf, VerifyConfig, attempts, summary, verified_speech
 
 

@@ -39,8 +39,8 @@ def register(subparsers) -> None:
 
 
 def run_wer(args: argparse.Namespace) -> int:
-    from duet.eval.asr import ASRConfig, Transcriber
     from duet.eval.manifest_wer import evaluate_manifest, format_table, to_json
+    from duet.metrics.asr import ASRConfig, Transcriber
 
     split = None if args.split == "all" else args.split
     transcriber = Transcriber(ASRConfig(model_path=str(args.asr_model) if args.asr_model else None))

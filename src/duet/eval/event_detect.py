@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from duet.audio import resample, to_mono
 from duet.data.nonverbal_sounds import SOUNDS, event_sound
 from duet.eval.pitch import frames_of
-from duet.eval.signal import mel_filterbank
+from duet.metrics.signal import mel_filterbank
 
 SAMPLE_RATE = 16_000
 Event = tuple[str, float, float]  # (event name, start_s, end_s)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from duet.eval.wer import ErrorRate, char_error
+from duet.metrics.wer import ErrorRate, char_error
 from duet.text.tags import canonical_tags
 from duet.text.tokens import NONVERBALS, nonverbal_token
 
@@ -87,5 +87,5 @@ def _one_char_tags(text: str) -> str:
 
 
 def paralinguistic_cer(reference: str, hypothesis: str) -> ErrorRate:
-    """CER with every event tag one character (``duet.eval.wer.char_error`` otherwise)."""
+    """CER with every event tag one character (``duet.metrics.wer.char_error`` otherwise)."""
     return char_error(_one_char_tags(reference), _one_char_tags(hypothesis))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from duet.data.manifest import Utterance, audio_path, read_manifest
 from duet.errors import DuetError
-from duet.eval.wer import AggregateRate, ErrorRate, aggregate, word_error
+from duet.metrics.wer import AggregateRate, ErrorRate, aggregate, word_error
 
 SCORED_LANGUAGE = "en"
 

@@ -1,14 +1,15 @@
-"""Per-utterance scores of a run and their aggregation over a set.
+"""Per-utterance scores of a run and their aggregation over a set, from the metrics of ``duet.metrics``.
 
 Metrics (each can be switched off with ``ScoreConfig.metrics``):
-- ``wer``: Whisper transcript (``asr.Transcriber``) scored against the target text: WER and CER with Seed-TTS-eval
-  normalisation (``wer``), and the deletions behind the skipped-words rate (``short_register``);
+- ``wer``: Whisper transcript (``duet.metrics.asr``) scored against the target text: WER and CER with Seed-TTS-eval
+  normalisation (``duet.metrics.wer``), and the deletions behind the skipped-words rate (``short_register``);
 - ``sim``: speaker similarity of the output to the prompt wav (Resemblyzer, or WavLM x-vectors from a local
   checkpoint: ``speaker="wavlm:DIR"``); where the set names its speakers (``speakers.json``), also ``sim_other``:
   the mean similarity to prompts of other speakers (``testset.impostor_prompts``), the floor ``sim`` is read
   against (Luna §5: a cloned voice should be closer to its prompt than to anyone else's);
-- ``dnsmos``: DNSMOS P.835 SIG / BAK / OVRL and P.808 (``dnsmos``);
-- ``signal``: PESQ-WB, STOI and MCD against ``gt_wav``, only for systems that reconstruct it (codecs).
+- ``dnsmos``: DNSMOS P.835 SIG / BAK / OVRL and P.808 (``duet.metrics.dnsmos``);
+- ``signal``: PESQ-WB, STOI and MCD (``duet.metrics.signal``) against ``gt_wav``, only for systems that reconstruct
+  it (codecs).
 Always: duration, expected duration and the late-stop flag, runaway flag, wall time, RTF and time to first audio
 when the synthesiser reported them.
 
@@ -37,6 +38,7 @@ from duet.eval.short_register import (
     skipped_words,
 )
 from duet.eval.testset import TestItem
+from duet.metrics.models import MetricModels, check_speaker_model
 
 METRICS = ("wer", "sim", "dnsmos", "signal")
 
@@ -54,8 +56,7 @@ class ScoreConfig:
         unknown = set(self.metrics) - set(METRICS)
         if unknown:
             raise DuetError(f"unknown metric(s) {', '.join(sorted(unknown))}; known: {', '.join(METRICS)}")
-        if self.speaker != "resemblyzer" and not self.speaker.startswith("wavlm:"):
-            raise DuetError(f"speaker model must be 'resemblyzer' or 'wavlm:DIR', got {self.speaker!r}")
+        check_speaker_model(self.speaker)
         if self.late_factor <= 1.0:
             raise DuetError(f"the late-stop factor must exceed 1, got {self.late_factor}")
 
@@ -77,46 +78,14 @@ def _duration(path: Path) -> float:
     return info.frames / info.samplerate
 
 
-class Scorer:
-    """Holds the metric models (loaded on first use) and caches prompt embeddings by path."""
+class Scorer(MetricModels):
+    """The metric models (``duet.metrics.models``, loaded on first use) and prompt embeddings cached by path."""
 
     def __init__(self, config: ScoreConfig = ScoreConfig(), impostors: dict[str, list[Path]] | None = None):
+        super().__init__(config.asr_model, config.language, config.speaker, config.device)
         self.config = config
         self.impostors = impostors or {}  # utt -> prompt wavs of other speakers (sim_other)
-        self._asr = None
-        self._speaker = None
-        self._dnsmos = None
         self._prompt_embeddings: dict[Path, Any] = {}
-
-    @property
-    def asr(self):
-        if self._asr is None:
-            from duet.eval.asr import ASRConfig, Transcriber
-
-            self._asr = Transcriber(ASRConfig(model_path=self.config.asr_model, language=self.config.language))
-            _ = self._asr.model_path  # a bad --asr-model fails before any audio is read
-        return self._asr
-
-    @property
-    def speaker(self):
-        if self._speaker is None:
-            if self.config.speaker.startswith("wavlm:"):
-                from duet.eval.speaker_wavlm import WavLMSpeakerEncoder
-
-                self._speaker = WavLMSpeakerEncoder(self.config.speaker.removeprefix("wavlm:"), self.config.device)
-            else:
-                from duet.eval.speaker import SpeakerConfig, SpeakerEncoder
-
-                self._speaker = SpeakerEncoder(SpeakerConfig(device=self.config.device))
-        return self._speaker
-
-    @property
-    def dnsmos(self):
-        if self._dnsmos is None:
-            from duet.eval.dnsmos import DNSMOS
-
-            self._dnsmos = DNSMOS()
-        return self._dnsmos
 
     def _prompt_embedding(self, path: Path):
         if path not in self._prompt_embeddings:
@@ -133,7 +102,7 @@ class Scorer:
         whose output is silence.
         """
         from duet.audio import load_audio
-        from duet.eval.wer import char_error, normalize_text, word_error
+        from duet.metrics.wer import char_error, normalize_text, word_error
 
         metrics = set(self.config.metrics)
         if not normalize_text(item.target_text):
@@ -201,7 +170,7 @@ class Scorer:
         if "dnsmos" in metrics:
             attempt("dnsmos", dnsmos)
         if reference is not None:
-            from duet.eval.signal import mel_cepstral_distance, pesq_wb, stoi
+            from duet.metrics.signal import mel_cepstral_distance, pesq_wb, stoi
 
             attempt("pesq", lambda: {"pesq": pesq_wb(reference, audio, sr)})
             attempt("stoi", lambda: {"stoi": stoi(reference, audio, sr)})

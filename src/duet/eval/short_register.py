@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from duet.errors import DuetError
-from duet.eval.wer import normalize_text
+from duet.metrics.wer import normalize_text
 
 DEFAULT_LATE_FACTOR = 2.0
 
@@ -94,7 +94,7 @@ class SkippedWords:
 
 
 def skipped_words(deletions: Sequence[int], reference_words: Sequence[int]) -> SkippedWords:
-    """Aggregate per-utterance deletion counts (from :func:`duet.eval.wer.word_error`)."""
+    """Aggregate per-utterance deletion counts (from :func:`duet.metrics.wer.word_error`)."""
     if len(deletions) != len(reference_words):
         raise DuetError("deletions and reference word counts differ in length")
     return SkippedWords(sum(deletions), sum(reference_words), sum(d > 0 for d in deletions), len(deletions))

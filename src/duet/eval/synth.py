@@ -40,6 +40,7 @@ import numpy as np
 from duet.errors import DuetError
 from duet.eval.testset import TestItem
 from duet.families import FAMILIES, Family
+from duet.limits import out_of_bounds
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,10 @@ class SynthOptions:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise DuetError(f"batch size must be at least 1, got {self.batch_size}")
-        if self.steps is not None and self.steps < 1:
-            raise DuetError(f"steps must be at least 1, got {self.steps}")
-        if self.temperature is not None and not 0 <= self.temperature <= 10:
-            raise DuetError(f"temperature must lie in [0, 10], got {self.temperature}")
-        if self.top_k is not None and self.top_k < 0:
-            raise DuetError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        for name, value in self.given("steps", "cfg_scale", "temperature", "top_k").items():
+            problem = out_of_bounds(name, value)  # the request bounds (duet.limits), checked before any model loads
+            if problem:
+                raise DuetError(problem)
 
     def given(self, *names: str) -> dict[str, Any]:
         """The named sampling options that were set (the rest stay the model's defaults)."""

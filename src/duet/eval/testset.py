@@ -250,7 +250,7 @@ class BuiltSet:
 
 
 def _words(text: str) -> int:
-    from duet.eval.wer import normalize_text
+    from duet.metrics.wer import normalize_text
 
     return len(normalize_text(text).split())
 

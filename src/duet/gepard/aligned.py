@@ -33,8 +33,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from duet.errors import DuetError
-from duet.nn.backbone import BackboneConfig, build_qwen3
+from duet.nn.aligned import BLOCK, AlignedInput
+from duet.nn.backbone import BackboneConfig, build_qwen3, run_backbone
 from duet.nn.masks import additive, bidirectional_mask, lengths_to_mask
+from duet.nn.qwen3 import Qwen3Weights
 
 EOT_BACK = 2  # Gepard's wrapped text ends EOT, SOS
 
@@ -57,10 +59,11 @@ class AlignedConfig:
 class DurationHead(nn.Module):
     """Token-level duration predictor: a bidirectional Qwen3 over the wrapped text -> log(1 + frames) per token."""
 
-    def __init__(self, config: BackboneConfig):
+    def __init__(self, config: BackboneConfig, stock: bool = True):
         super().__init__()
-        self.model = build_qwen3(config)
-        self.model.config.is_causal = False  # bidirectional; the explicit additive mask below says so as well
+        self.model = build_qwen3(config) if stock else Qwen3Weights(config)  # stock=False: inference only
+        if stock:
+            self.model.config.is_causal = False  # bidirectional; the explicit additive mask below says so as well
         self.head = nn.Linear(config.width, 1)
 
     def forward(self, text_ids: torch.Tensor, text_lengths: torch.Tensor) -> torch.Tensor:
@@ -70,7 +73,7 @@ class DurationHead(nn.Module):
         x = self.model.embed_tokens(text_ids.masked_fill(~valid, 0))  # (B, S, D)
         mask = additive(bidirectional_mask(valid), x.dtype)  # (B, 1, S, S)
         position_ids = torch.arange(s, device=text_ids.device).expand(b, s)
-        h = self.model(inputs_embeds=x, attention_mask=mask, position_ids=position_ids).last_hidden_state
+        h = run_backbone(self.model, x, attention_mask=mask, position_ids=position_ids)  # (B, S, D)
         return self.head(h)[..., 0].float()
 
     def loss(self, text_ids: torch.Tensor, text_lengths: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
@@ -93,7 +96,9 @@ class DurationHead(nn.Module):
 class AlignedState:
     """A decode state that knows where each row stands: the KV cache, the rows' durations and the next position.
 
-    Every row of a batch advances together (one frame per step), so one counter serves all rows.
+    Every row of a batch advances together (one frame per step), so one counter serves all rows. The aligned
+    inputs are computed a block of positions at a time as the rows reach them (``duet.nn.aligned.BLOCK``), the same
+    bits whoever decodes: the offline sampler, the runtime, the vLLM client's table.
     """
 
     cache: object
@@ -101,3 +106,14 @@ class AlignedState:
     text_lengths: torch.Tensor  # (B,)
     durations: torch.Tensor  # (B, S)
     position: int  # the audio position the next fed frame occupies
+    vectors: torch.Tensor | None = None  # (B, P, D) the aligned inputs of positions 0 .. P - 1, P a multiple of BLOCK
+
+    def next_input(self, aligned: AlignedInput) -> torch.Tensor:
+        """The aligned input (B, 1, D) of audio position ``position`` (SOS is position 0); advances it."""
+        p = self.position
+        while self.vectors is None or self.vectors.shape[1] <= p:
+            done = 0 if self.vectors is None else self.vectors.shape[1]
+            block = aligned.block(self.text, self.text_lengths, self.durations, done // BLOCK)  # (B, BLOCK, D)
+            self.vectors = block if self.vectors is None else torch.cat([self.vectors, block], dim=1)
+        self.position += 1
+        return self.vectors[:, p : p + 1]

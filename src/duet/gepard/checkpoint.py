@@ -37,7 +37,7 @@ SAMPLING_KEYS = frozenset({"temperature", "top_k"})
 @dataclass
 class LoadedGepard:
     model: GepardModel  # eval mode, float32
-    tokenizer: Any  # transformers PreTrainedTokenizerFast with duet's service tokens
+    tokenizer: Any  # transformers PreTrainedTokenizerFast with duet's service tokens (or a PlainBPE: stock=False)
     codec: dict[str, Any]  # {"name": ..., "frame_rate": ...}
     info: dict[str, Any]
     path: Path
@@ -58,12 +58,14 @@ def save_gepard(model: GepardModel, tokenizer_file: str | Path, out_dir: str | P
     return write_shipped(out_dir, TYPE, FORMAT_VERSION, model.state_dict(), tokenizer_file, body, dtype)
 
 
-def load_gepard(path: str | Path, device: str | torch.device = "cpu") -> LoadedGepard:
-    """A model ready for inference from a directory written by :func:`save_gepard`."""
+def load_gepard(path: str | Path, device: str | torch.device = "cpu", stock: bool = True) -> LoadedGepard:
+    """A model ready for inference from a directory written by :func:`save_gepard`. ``stock=False`` loads it for
+    inference alone, without importing transformers: the backbones as ``duet.nn.qwen3.Qwen3Weights`` and the
+    tokenizer through the ``tokenizers`` package (``duet.text.bpe.PlainBPE``)."""
     path = Path(path)
-    meta, weights, tokenizer = read_shipped(path, TYPE, FORMAT_VERSION, "Gepard")
+    meta, weights, tokenizer = read_shipped(path, TYPE, FORMAT_VERSION, "Gepard", plain_tokenizer=not stock)
     config = GepardConfig.from_dict(meta["config"])
-    model = GepardModel(config)
+    model = GepardModel(config, stock=stock)
     model.load_state_dict(weights, strict=True)
     if len(tokenizer) > config.backbone.vocab_size:
         raise DuetError(f"{path}: the tokenizer has {len(tokenizer)} ids, the model's text embedding only "

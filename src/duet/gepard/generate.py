@@ -14,14 +14,14 @@ One decode step t (t frames emitted so far):
    shapes what is said, not when the conditional model thinks it is done. (The report serves without CFG, distilled into the weights by DPO, §5-6.)
 2. stop: if p_stop = sigmoid(stop logit) > ``stop_threshold`` (0.5, §3.3) the row ends here with t frames
    ("stop"); the frame that would come next is the phantom frame of training (see ``duet.gepard.model``).
-3. bound: a row that reaches ``frame_bound`` frames ends there ("bound"): ``min(max_frames,
-   ceil(frames_per_token * text tokens + margin_frames))``. Defaults from the report's data (§4.1.1): 8.97 s mean
-   clips (193 frames at 21.5 Hz) for 32.7 mean text tokens is 5.9 frames per Qwen token; 12 per token is twice
-   that, + 2 s margin, capped at the longest training clip (40 s = 860 frames). Set them per model and codec.
+3. bound: a row that reaches the frame bound ends there ("bound"): the request's ``max_frames``, else the text's
+   ``duet.sampling.FrameBound`` (``min(max_frames, ceil(frames_per_token * text tokens + margin_frames))``, from
+   the report's data, §4.1.1), as the serving engine bounds a request.
 4. sample the 32 channels independently (factorised, §3.2) with Gepard's one sampler (``duet.gepard.sampling``,
-   which the serving engine and the vLLM path call too): temperature, then top-k per channel; temperature 0 is
-   greedy (argmax). Row b draws from its own ``torch.Generator`` seeded with ``seed + b``, as the engine seeds a
-   request with its seed: same seed, same frames, in ``duet speak`` and ``duet serve`` alike.
+   which the serving engine and the vLLM path call too) and the request's ``duet.sampling.SamplingParams``:
+   temperature, then top-k and top-p per channel; temperature 0 is greedy (argmax). Row b draws from its own
+   ``torch.Generator`` seeded with ``seed + b``, as the engine seeds a request with its seed: same seed, same
+   frames, in ``duet speak`` and ``duet serve`` alike.
 5. feed the frame back (``step``), one position in the KV cache.
 
 Rows of a batch stop independently; a row that has ended yields -1 codes from then on, and its length is in the
@@ -32,7 +32,6 @@ Shape legend: B batch, C channels (32), G packed groups (8), Lmax = max L_k, T f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 
@@ -43,7 +42,8 @@ from duet.errors import DuetError
 from duet.finish import BOUND, STOP
 from duet.gepard.heads import FrameLogits, pad_channels
 from duet.gepard.probes import FrameProbes, channel_entropy
-from duet.gepard.sampling import sample_frames
+from duet.gepard.sampling import sample_requests
+from duet.sampling import FrameBound, SamplingParams
 
 
 class FrameModel(Protocol):
@@ -56,40 +56,11 @@ class FrameModel(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class SamplingConfig:
-    temperature: float = 1.0  # 0 -> greedy
-    top_k: int = 0  # per channel; 0 -> no truncation
-    stop_threshold: float = 0.5  # Gepard §3.3
-    frames_per_token: float = 12.0
-    margin_frames: int = 43  # 2 s at 21.5 frames/s
-    max_frames: int = 860  # hard cap: 40 s at 21.5 frames/s (the report's longest clip)
-    cfg_scale: float = 1.0  # w; 1.0 -> single pass, no unconditional path
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise DuetError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise DuetError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.stop_threshold < 1.0:
-            raise DuetError(f"stop_threshold must lie in (0, 1), got {self.stop_threshold}")
-        if self.max_frames < 1 or self.margin_frames < 0 or self.frames_per_token < 0:
-            raise DuetError("max_frames must be >= 1, margin_frames and frames_per_token >= 0")
-        if not (math.isfinite(self.cfg_scale) and self.cfg_scale >= 0):
-            raise DuetError(f"cfg_scale must be a finite number >= 0 (1 = no guidance), got {self.cfg_scale}")
-
-
 # What `duet speak` and `duet serve` sample a Gepard with unless a request says otherwise: cooled and truncated,
 # which a small model needs. gepard-tiny on 40 held-out sentences through the engine: WER 201% at temperature 1
 # without truncation, 160% at 0.8 / top-k 50, 144% here, with no runaway on 100 one/two-word prompts; colder still
 # (0.4 / top-k 10) read better but began to run into the length bound.
-SPEAK_SAMPLING = SamplingConfig(temperature=0.6, top_k=20)
-
-
-def frame_bound(num_text_tokens: int, config: SamplingConfig) -> int:
-    """Most frames a generation may emit: ``min(max_frames, ceil(frames_per_token * tokens + margin))``."""
-    return min(config.max_frames, math.ceil(config.frames_per_token * max(num_text_tokens, 0) + config.margin_frames))
+SPEAK_SAMPLING = SamplingParams(temperature=0.6, top_k=20)
 
 
 def guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
@@ -122,17 +93,19 @@ class Generation:
     """
 
     def __init__(self, model: FrameModel, prompt: Any, *, num_text_tokens: int | None = None,
-                 config: SamplingConfig = SamplingConfig(), uncond_prompt: Any = None, fsq: GroupFSQ | None = None):
+                 params: SamplingParams = SamplingParams(), bound: FrameBound = FrameBound(),
+                 uncond_prompt: Any = None, fsq: GroupFSQ | None = None):
         if num_text_tokens is None:  # a GepardPrompt knows its own text length
             num_text_tokens = prompt.num_text_tokens
-        if config.cfg_scale != 1.0 and uncond_prompt is None:
+        self.cfg_scale = 1.0 if params.cfg_scale is None else params.cfg_scale  # Gepard's default: no guidance
+        if self.cfg_scale != 1.0 and uncond_prompt is None:
             raise DuetError("cfg_scale != 1 needs an unconditional prompt (e.g. GepardPrompt.unconditional())")
         self.model = model
         self.prompt = prompt
-        self.uncond_prompt = uncond_prompt if config.cfg_scale != 1.0 else None
-        self.config = config
+        self.uncond_prompt = uncond_prompt if self.cfg_scale != 1.0 else None
+        self.params = params
         self.fsq = fsq
-        self.bound = frame_bound(num_text_tokens, config)
+        self.bound = params.max_frames or bound.frames(num_text_tokens)
         self._result: GenerationResult | None = None
         self._started = False
 
@@ -149,7 +122,7 @@ class Generation:
         return self._run()
 
     def _run(self) -> Iterator[torch.Tensor]:
-        cfg = self.config
+        params = self.params
         # Gradients are switched off around model calls only: a `with no_grad()` around a `yield` would leak into
         # the caller's code between frames.
         with torch.no_grad():
@@ -158,7 +131,7 @@ class Generation:
                                else (None, None))
         levels = cond.levels
         b, device = cond.codes.shape[0], cond.codes.device
-        generators = [None if cfg.seed is None else torch.Generator(device=device).manual_seed(cfg.seed + row)
+        generators = [None if params.seed is None else torch.Generator(device=device).manual_seed(params.seed + row)
                       for row in range(b)]
 
         alive = torch.ones(b, dtype=torch.bool, device=device)
@@ -171,14 +144,14 @@ class Generation:
         while True:
             flat = cond.codes[:, -1].float()  # (B, 216)
             if uncond is not None:
-                flat = guide(flat, uncond.codes[:, -1].float(), cfg.cfg_scale)
+                flat = guide(flat, uncond.codes[:, -1].float(), self.cfg_scale)
             logits = pad_channels(flat, levels)  # (B, C, Lmax)
             p_stop = torch.sigmoid(cond.stop[:, -1].float())  # (B,)
             nan = torch.tensor(float("nan"), device=device)
             entropies.append(torch.where(alive[:, None], channel_entropy(logits), nan))  # (B, C)
             stop_probs.append(torch.where(alive, p_stop, nan))  # (B,)
 
-            for row in torch.nonzero(alive & (p_stop > cfg.stop_threshold)).flatten().tolist():
+            for row in torch.nonzero(alive & (p_stop > params.stop_threshold)).flatten().tolist():
                 ended[row], alive[row], lengths[row] = STOP, False, t
             if t >= self.bound:
                 for row in torch.nonzero(alive).flatten().tolist():
@@ -186,7 +159,7 @@ class Generation:
             if not bool(alive.any()):
                 break
 
-            frame = sample_frames(logits, [cfg.temperature] * b, [cfg.top_k] * b, [1.0] * b, generators)
+            frame = sample_requests(logits, [params] * b, generators)
             frame = frame.masked_fill(~alive[:, None], -1)  # (B, C); ended rows carry -1
             frames.append(frame)
             t += 1
@@ -213,17 +186,19 @@ class Generation:
 
 
 def stream(model: FrameModel, prompt: Any, *, num_text_tokens: int | None = None,
-           config: SamplingConfig = SamplingConfig(), uncond_prompt: Any = None,
+           params: SamplingParams = SamplingParams(), bound: FrameBound = FrameBound(), uncond_prompt: Any = None,
            fsq: GroupFSQ | None = None) -> Generation:
     """Frames as they come: ``for frame in (g := stream(...)): ...``, then ``g.result``."""
-    return Generation(model, prompt, num_text_tokens=num_text_tokens, config=config, uncond_prompt=uncond_prompt,
-                      fsq=fsq)
+    return Generation(model, prompt, num_text_tokens=num_text_tokens, params=params, bound=bound,
+                      uncond_prompt=uncond_prompt, fsq=fsq)
 
 
 def generate(model: FrameModel, prompt: Any, *, num_text_tokens: int | None = None,
-             config: SamplingConfig = SamplingConfig(), uncond_prompt: Any = None) -> GenerationResult:
+             params: SamplingParams = SamplingParams(), bound: FrameBound = FrameBound(),
+             uncond_prompt: Any = None) -> GenerationResult:
     """Run a generation to its end and return the result."""
-    gen = stream(model, prompt, num_text_tokens=num_text_tokens, config=config, uncond_prompt=uncond_prompt)
+    gen = stream(model, prompt, num_text_tokens=num_text_tokens, params=params, bound=bound,
+                 uncond_prompt=uncond_prompt)
     for _ in gen:
         pass
     return gen.result

@@ -14,6 +14,7 @@ Shape legend: B batch, N audio positions, C channels (32), D model width, Lmax =
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -46,12 +47,18 @@ class FrameLogits:
 def pad_channels(flat: torch.Tensor, levels: tuple[int, ...]) -> torch.Tensor:
     """flat (..., sum L_k) -> (..., C, Lmax), -inf where a channel has fewer than Lmax levels."""
     lmax = max(levels)
-    # Flat column of (channel k, level j) in a row-major (C, Lmax) grid.
-    columns = torch.tensor([k * lmax + j for k, level in enumerate(levels) for j in range(level)],
-                           device=flat.device)
     out = flat.new_full((*flat.shape[:-1], len(levels) * lmax), float("-inf"))
-    out[..., columns] = flat
+    out[..., _grid_columns(tuple(levels), flat.device)] = flat
     return out.unflatten(-1, (len(levels), lmax))  # (..., C, Lmax)
+
+
+@functools.lru_cache(maxsize=16)
+def _grid_columns(levels: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The flat column of (channel k, level j) in a row-major (C, Lmax) grid, for each of the sum L_k logits (built
+    once: every decode step pads its logits)."""
+    lmax = max(levels)
+    with torch.inference_mode(False):  # a normal tensor, which training's backward may keep, wherever it is built
+        return torch.tensor([k * lmax + j for k, level in enumerate(levels) for j in range(level)], device=device)
 
 
 class GepardHeads(nn.Module):

@@ -38,22 +38,23 @@ training), C channels (32), D model width.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers.cache_utils import Cache, DynamicCache
 
 from duet.errors import DuetError
 from duet.gepard.aligned import EOT_BACK, AlignedState, DurationHead
 from duet.gepard.alignment import GuidedAttentionConfig, guided_attention_loss
 from duet.gepard.audio_interface import AudioInterface
 from duet.gepard.config import GepardConfig
+from duet.gepard.decode import prompt_inputs
 from duet.gepard.heads import FrameLogits, GepardHeads
 from duet.gepard.qformer import QFormer, QFormerOutput, voice_regularisers
 from duet.nn.aligned import AlignedInput
 from duet.nn.backbone import build_qwen3, new_cache, run_backbone, run_backbone_attentions
+from duet.nn.qwen3 import Qwen3Weights
 
 IGNORE = -100  # label of a position that is not scored
 NUM_SERVICE_TOKENS = 3  # SOT, EOT, SOS around the text (Gepard §4.1.1: "service SOT/EOT/SOS tokens")
@@ -241,18 +242,21 @@ class GepardPrompt:
 
 
 class GepardModel(nn.Module):
-    """Backbone (``model``) + ``audio_interface`` + ``heads``; ``forward(batch)`` is the training loss."""
+    """Backbone (``model``) + ``audio_interface`` + ``heads``; ``forward(batch)`` is the training loss.
 
-    def __init__(self, config: GepardConfig):
+    ``stock=False`` builds the backbones without transformers (``duet.nn.qwen3.Qwen3Weights``, the same parameter
+    names): for inference only, as ``duet speak`` loads a shipped model."""
+
+    def __init__(self, config: GepardConfig, stock: bool = True):
         super().__init__()
         self.config = config
-        self.model = build_qwen3(config.backbone)
+        self.model = build_qwen3(config.backbone) if stock else Qwen3Weights(config.backbone)
         self.audio_interface = AudioInterface(config)
         self.heads = GepardHeads(config)
         self.audio_interface.set_scale(self.model.embed_tokens.weight)
         if config.aligned is not None:
             self.aligned = AlignedInput(config.width, config.aligned.window, EOT_BACK)
-            self.duration = DurationHead(config.aligned.duration)
+            self.duration = DurationHead(config.aligned.duration, stock=stock)
         self.qformer = QFormer(config.voice) if config.voice is not None else None
 
     @property
@@ -386,11 +390,12 @@ class GepardModel(nn.Module):
         return out
 
     # ---- inference --------------------------------------------------------------------------------------------------
-    def new_cache(self) -> DynamicCache:
+    def new_cache(self) -> Any:
+        """An empty KV cache for :meth:`logits` (transformers' DynamicCache for a stock backbone)."""
         return new_cache(self.model)
 
     def logits(self, *, text_ids: torch.Tensor | None = None, prefix: torch.Tensor | None = None,
-               frames: torch.Tensor | None = None, cache: Cache | None = None) -> FrameLogits:
+               frames: torch.Tensor | None = None, cache: Any = None) -> FrameLogits:
         """Logits at the audio positions of this call, continuing ``cache`` (extended in place) if given.
 
         Prefill: ``text_ids`` (B, S) ending in SOS (and ``prefix`` (B, K, D), first call only), optionally followed
@@ -412,27 +417,36 @@ class GepardModel(nn.Module):
         hidden = run_backbone(self.model, x, cache=cache)  # (B, L, D)
         return self.heads(hidden[:, -n:])  # (B, N, ...)
 
-    # The sampler's FrameModel protocol (duet.gepard.generate): prefill once, then one frame per step.
-    def prefill(self, prompt: GepardPrompt) -> tuple[FrameLogits, DynamicCache | AlignedState]:
-        """Run the prompt once: [prefix | text ending in SOS] -> logits of frame 0 and the decode state. A model
-        with the voice compressor reads ``null_prefix`` when the prompt has no prefix (as it trained on rows
-        without a reference)."""
-        prompt = self.with_prefix(prompt)
+    # The sampler's FrameModel protocol (duet.gepard.generate): prefill once, then one frame per step. The serving
+    # runtime runs the same layout through duet.gepard.decode.GepardStep; these two are its test oracle.
+    def prefill(self, prompt: GepardPrompt) -> tuple[FrameLogits, Any]:
+        """Run the prompt once: [prefix | text ending in SOS] -> logits of frame 0 and the decode state (a KV cache,
+        or an :class:`AlignedState` around one). A model with the voice compressor reads ``null_prefix`` when the
+        prompt has no prefix (as it trained on rows without a reference)."""
+        x, state = self.prompt_inputs(prompt)
         cache = self.new_cache()
+        logits = self.heads(run_backbone(self.model, x, cache=cache)[:, -1:])
+        if state is None:
+            return logits, cache
+        state.cache = cache
+        return logits, state
+
+    def prompt_inputs(self, prompt: GepardPrompt) -> tuple[torch.Tensor, AlignedState | None]:
+        """The prompt as the backbone reads it (``duet.gepard.decode.prompt_inputs``): inputs (B, K + S, D), with
+        ``null_prefix`` where the model has the voice compressor and the prompt no prefix; for aligned text input
+        also the state its frames continue from (the duration predictor's layout at ``prompt.speed`` unless the
+        prompt brings durations; no cache yet)."""
+        prompt = self.with_prefix(prompt)
+        text = self.model.embed_tokens(prompt.text_ids)  # (B, S, D)
         if not self.is_aligned:
-            return self.logits(text_ids=prompt.text_ids, prefix=prompt.prefix, cache=cache).last(), cache
+            return prompt_inputs(text, prompt.prefix), None
         b, s = prompt.text_ids.shape
         lengths = torch.full((b,), s, dtype=torch.long, device=prompt.text_ids.device)
         durations = prompt.durations
         if durations is None:
             durations = self.duration.predict(prompt.text_ids, lengths, prompt.speed)  # (B, S)
-        text = self.model.embed_tokens(prompt.text_ids)  # (B, S, D)
-        state = AlignedState(cache, text, lengths, durations.to(text.device).float(), position=0)
-        x = torch.cat([text[:, :-1], text[:, -1:] + self._aligned_step(state)], dim=1)  # SOS predicts frame 0
-        if prompt.prefix is not None:
-            x = torch.cat([prompt.prefix.to(x.dtype), x], dim=1)
-        hidden = run_backbone(self.model, x, cache=cache)
-        return self.heads(hidden[:, -1:]), state
+        state = AlignedState(None, text, lengths, durations.to(text.device).float(), position=0)
+        return prompt_inputs(text, prompt.prefix, state.next_input(self.aligned)), state  # SOS predicts frame 0
 
     @property
     def has_unconditional_path(self) -> bool:
@@ -457,18 +471,10 @@ class GepardModel(nn.Module):
             return prompt
         return replace(prompt, prefix=self.voice_prefix(batch_size=prompt.text_ids.shape[0]))
 
-    def step(self, frame: torch.Tensor, state: DynamicCache | AlignedState,
-             ) -> tuple[FrameLogits, DynamicCache | AlignedState]:
+    def step(self, frame: torch.Tensor, state: Any) -> tuple[FrameLogits, Any]:
         """frame (B, C) -> logits for the next frame (N = 1), the state extended by one position."""
         if not isinstance(state, AlignedState):
             return self.logits(frames=frame[:, None, :], cache=state), state
-        x = self.audio_interface(frame[:, None, :]).to(state.text.dtype) + self._aligned_step(state)  # (B, 1, D)
+        x = self.audio_interface(frame[:, None, :]).to(state.text.dtype) + state.next_input(self.aligned)  # (B, 1, D)
         hidden = run_backbone(self.model, x, cache=state.cache)
         return self.heads(hidden), state
-
-    def _aligned_step(self, state: AlignedState) -> torch.Tensor:
-        """The aligned input (B, 1, D) of the audio position ``state.position``; advances the position."""
-        b = state.text.shape[0]
-        positions = torch.full((b, 1), state.position, dtype=torch.long, device=state.text.device)
-        state.position += 1
-        return self.aligned(state.text, state.text_lengths, state.durations, positions)

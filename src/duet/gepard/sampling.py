@@ -18,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from duet.sampling import SamplingParams
+
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Mask to -inf what top-k and top-p drop. logits (B, C, V); top_k (B,) long (0 = off); top_p (B,) float.
@@ -58,6 +60,15 @@ def sample_frames(logits: torch.Tensor, temperature: Sequence[float], top_k: Seq
     gumbel = -torch.log(-torch.log(uniform.clamp(1e-10, 1.0 - 1e-7)))
     gumbel = gumbel.to(logits.device).masked_fill(greedy.view(B, 1, 1), 0.0)
     return torch.argmax(scaled + gumbel, dim=-1)  # (B, C)
+
+
+def sample_requests(logits: torch.Tensor, params: Sequence[SamplingParams],
+                    generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """One frame per request: logits (B, C, V) -> codes (B, C) int64, row b sampled with params[b], generators[b]."""
+    if len(params) != logits.shape[0]:
+        raise ValueError(f"need {logits.shape[0]} params, got {len(params)}")
+    return sample_frames(logits, [p.temperature for p in params], [p.top_k for p in params],
+                         [p.top_p for p in params], generators)
 
 
 def channel_logit_mask(levels: Sequence[int]) -> torch.Tensor:

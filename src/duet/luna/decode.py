@@ -47,6 +47,7 @@ from typing import Callable, Protocol
 import torch
 
 from duet.errors import DuetError
+from duet.limits import out_of_bounds
 from duet.nn.masks import lengths_to_mask
 
 LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -70,16 +71,14 @@ class DecodeConfig:
     gumbel_temperature: float = 4.5  # scale of the selection noise at step 0, annealed to 0 (MaskGIT)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.steps, int) or self.steps <= 0:
+        if not isinstance(self.steps, int):
             raise DuetError(f"steps must be a positive integer (8, 16 or 32 are typical), got {self.steps!r}")
-        if self.temperature < 0:
-            raise DuetError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise DuetError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        for name in ("steps", "temperature", "top_k", "cfg_scale"):  # a request's bounds (duet.limits)
+            problem = out_of_bounds(name, getattr(self, name))
+            if problem:
+                raise DuetError(problem)
         if self.gumbel_temperature < 0:
             raise DuetError(f"gumbel_temperature must be >= 0, got {self.gumbel_temperature}")
-        if not (math.isfinite(self.cfg_scale) and self.cfg_scale >= 0):
-            raise DuetError(f"cfg_scale must be a finite number >= 0 (1 = no guidance), got {self.cfg_scale}")
 
 
 def with_overrides(decode: DecodeConfig, **overrides) -> DecodeConfig:

@@ -24,7 +24,7 @@ positions that actually occurred and leaves a learned position policy to future 
 What is recorded beyond the two grids: the behaviour policy's log-probability of every action (the "old" policy of
 the importance ratio), computed from the very logits the sampler used, and the :class:`DecodeConfig` that defines the
 policy family (steps, temperature, top-k, CFG scale). The conditional and unconditional logits themselves are not
-kept (S x T x Q x K floats per row): a replay recomputes both from the model (``duet.luna.grpo``).
+kept (S x T x Q x K floats per row): a replay recomputes both from the model (``duet.train.objectives.luna_grpo``).
 
 Shape legend: B rows, T frames, Q codebooks, K codes per codebook.
 """

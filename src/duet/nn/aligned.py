@@ -24,6 +24,10 @@ import torch
 from torch import nn
 
 NUM_POSITION_FEATURES = 4
+# Positions per call of :meth:`AlignedInput.block`. A matmul's row can round differently with the number of rows
+# in the call (one row and many take different kernels), so the vectors of a position are always computed in the
+# same block of this many positions, whoever asks for them and for how many.
+BLOCK = 64
 
 
 # ---- pure functions -----------------------------------------------------------------------------------------------
@@ -88,3 +92,16 @@ class AlignedInput(nn.Module):
         gathered = text.gather(1, idx.reshape(b, n * w, 1).expand(-1, -1, text.shape[-1]))  # (B, N*W, D)
         tokens = self.tokens(gathered.reshape(b, n, w * text.shape[-1]))  # (B, N, D)
         return tokens + self.features(position_features(p, d).to(text.dtype))
+
+    def block(self, text: torch.Tensor, text_lengths: torch.Tensor, durations: torch.Tensor,
+              index: int) -> torch.Tensor:
+        """The vectors of frames [index * BLOCK, (index + 1) * BLOCK) (B, BLOCK, D); see :data:`BLOCK`."""
+        start = index * BLOCK
+        positions = torch.arange(start, start + BLOCK, device=text.device).expand(text.shape[0], -1)  # (B, BLOCK)
+        return self(text, text_lengths, durations, positions)
+
+    def table(self, text: torch.Tensor, text_lengths: torch.Tensor, durations: torch.Tensor,
+              count: int) -> torch.Tensor:
+        """The vectors of frames 0 .. count - 1 (B, count, D), block by block (:meth:`block`)."""
+        blocks = [self.block(text, text_lengths, durations, i) for i in range(-(-count // BLOCK))]
+        return torch.cat(blocks, dim=1)[:, :count]

@@ -20,19 +20,26 @@ stacks ``q/k/v_proj`` -> ``qkv_proj`` and ``gate/up_proj`` -> ``gate_up_proj`` i
 Model families (``duet.gepard.model``) register the Qwen3Model as ``model`` on themselves too, via
 :func:`build_qwen3`, and run it with :func:`run_backbone`; :class:`Backbone` is the bare container.
 
+An inference-only loader may build the same parameters without transformers (``duet.nn.qwen3.Qwen3Weights``, run
+op for op as transformers runs them); :func:`run_backbone` and :func:`new_cache` take either (such a module brings
+its own ``run`` and ``new_cache``). transformers is imported when a stock model is built or run, not when this
+module is imported.
+
 Shape legend: B batch, L sequence positions (prefix + text + audio), D model width.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformers import Qwen3Config, Qwen3Model
-from transformers.cache_utils import Cache, DynamicCache
 
 from duet.errors import DuetError
+
+if TYPE_CHECKING:
+    from transformers import Qwen3Config, Qwen3Model
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,8 @@ class BackboneConfig:
 
 def qwen3_config(config: BackboneConfig) -> Qwen3Config:
     """The transformers config of the backbone: full attention in every layer, no sliding window, tied embedding."""
+    from transformers import Qwen3Config
+
     return Qwen3Config(
         vocab_size=config.vocab_size,
         hidden_size=config.width,
@@ -101,19 +110,26 @@ def qwen3_config(config: BackboneConfig) -> Qwen3Config:
 
 def build_qwen3(config: BackboneConfig) -> Qwen3Model:
     """A freshly initialised stock ``Qwen3Model`` (normal(0, initializer_range) weights, unit RMSNorm gains)."""
+    from transformers import Qwen3Model
+
     return Qwen3Model(qwen3_config(config))
 
 
-def new_cache(model: Qwen3Model) -> DynamicCache:
-    """An empty KV cache for ``model`` (transformers' DynamicCache; grows by one entry per position)."""
+def new_cache(model: nn.Module) -> Any:
+    """An empty KV cache for ``model``: transformers' DynamicCache for a stock model (grows by one entry per
+    position); a ``duet.nn.qwen3.Qwen3Weights`` makes its own."""
+    if hasattr(model, "new_cache"):
+        return model.new_cache()
+    from transformers.cache_utils import DynamicCache
+
     return DynamicCache(config=model.config)
 
 
 def run_backbone(
-    model: Qwen3Model,
+    model: nn.Module,
     inputs_embeds: torch.Tensor,
     *,
-    cache: Cache | None = None,
+    cache: Any = None,
     position_ids: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -125,7 +141,11 @@ def run_backbone(
     ``attention_mask`` is passed through unchanged (a 2D padding mask, or a 4D (B, 1, L, KV) mask; see DESIGN §C
     for which kinds each attention implementation reads correctly); right-padded batches need none, because with
     causal attention a real position never sees the padding after it.
+
+    A ``duet.nn.qwen3.Qwen3Weights`` runs itself (its ``run``: the same arguments, the same function).
     """
+    if hasattr(model, "run"):
+        return model.run(inputs_embeds, cache=cache, position_ids=position_ids, attention_mask=attention_mask)
     out = model(
         inputs_embeds=inputs_embeds,
         attention_mask=attention_mask,
@@ -136,7 +156,7 @@ def run_backbone(
     return out.last_hidden_state  # (B, L, D)
 
 
-def run_backbone_attentions(model: Qwen3Model, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+def run_backbone_attentions(model: nn.Module, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, tuple]:
     """Training-time causal pass that also returns every layer's attention weights, each (B, H, L, L).
 
     Only eager attention computes the weights: call ``model.set_attn_implementation("eager")`` first (the same
@@ -159,14 +179,14 @@ class Backbone(nn.Module):
     def embed_tokens(self) -> nn.Embedding:
         return self.model.embed_tokens
 
-    def new_cache(self) -> DynamicCache:
+    def new_cache(self) -> Any:
         return new_cache(self.model)
 
     def forward(
         self,
         inputs_embeds: torch.Tensor,
         *,
-        cache: Cache | None = None,
+        cache: Any = None,
         position_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:

@@ -50,6 +50,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from duet.errors import DuetError
 from duet.limits import SEED_LIMIT, invalid_unicode
+from duet.metrics.clip import ClipScoring
 from duet.serve import audio_io
 from duet.serve.engine import Engine, RequestHandle
 from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, ModelNotFound, Overloaded, QueueFull
@@ -82,7 +83,7 @@ from duet.tts.captions import word_json
 from duet.tts.pace import Pace, gap_seconds, piece_pace
 from duet.tts.request import SynthesisRequest
 from duet.tts.speech import silence
-from duet.tts.verify import BestOf, PieceScore, SpeechScorer, VerifyConfig, attempts
+from duet.tts.verify import BestOf, PieceScore, VerifyConfig, attempts
 
 log = logging.getLogger("duet.serve")
 
@@ -164,7 +165,7 @@ class _EngineStream(StreamingResponse):
 
 
 def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeConfig(),
-               scorer: SpeechScorer | None = None) -> FastAPI:
+               scorer: ClipScoring | None = None) -> FastAPI:
     """The FastAPI app over one engine or several (one per model; the first is the default model); it starts
     every engine's thread on startup and stops them all on shutdown. ``scorer`` hears speech back for requests
     that ask to ``verify`` it (``duet.tts.verify``; Whisper, handed in from above this package); None refuses
@@ -389,7 +390,7 @@ async def _whole_response(fmt: str, audio: np.ndarray, handle: RequestHandle, mo
 
 
 async def _verified_speech(request: Request, req: SpeechRequest, model: ServedModel, synth: SynthesisRequest,
-                           options: VerifyOptions, scorer: SpeechScorer, metrics: Metrics,
+                           options: VerifyOptions, scorer: ClipScoring, metrics: Metrics,
                            config: ServeConfig) -> Response:
     """``verify``: make the request, hear it back, make it again with other seeds while it scores above
     ``max_wer`` (``duet.tts.verify``), and answer the best whole."""
@@ -529,6 +530,11 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
     """The engine request of a speech request to ``model`` (the one its ``model`` field names)."""
     runtime = model.runtime
     voices = runtime.traits.voices
+    given = {name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None}
+    try:
+        params = replace(runtime.default_params, **given)  # every bound, checked once (duet.limits)
+    except InvalidRequest as err:
+        raise ApiError(400, str(err), param=err.param, code=err.code) from err
     if req.response_format not in RESPONSE_FORMATS:
         raise ApiError(400, f"response_format {req.response_format!r} is not supported; use one of "
                        f"{', '.join(RESPONSE_FORMATS)}", param="response_format", code="unsupported_format")
@@ -580,9 +586,8 @@ async def _to_synthesis(req: SpeechRequest, upload: bytes | None, config: ServeC
     except InvalidRequest as err:
         raise ApiError(400, str(err), param=err.param, code=err.code) from err
     text, pace = _read_input(req, runtime.traits.timings)
-    given = {name: getattr(req, name) for name in _SAMPLING_FIELDS if getattr(req, name) is not None}
     return SynthesisRequest(text=text, voice=voice, emotion=emotion, speed=req.speed, reference=reference,
-                            params=replace(runtime.default_params, **given), pace=pace)
+                            params=params, pace=pace)
 
 
 def _read_input(req: SpeechRequest, timed: bool) -> tuple[str, Pace | None]:

@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from duet.codecs.base import DecodeResult, EncodeResult
-from duet.gepard.sampling import channel_logit_mask
+from duet.gepard.sampling import channel_logit_mask, sample_requests
+from duet.sampling import SamplingParams
 from duet.serve.errors import InvalidRequest
 from duet.text.tokens import EMOTIONS
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyTraits, StepCost, StepOutput
-from duet.tts.sampling import SamplingParams, sample_requests
 
 GEPARD_CHANNEL_LEVELS = (8, 7, 6, 6) * 8
 

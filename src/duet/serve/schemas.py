@@ -111,7 +111,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from duet.errors import DuetError
-from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT
+from duet.limits import MAX_SPEED, MIN_SPEED
 from duet.text.segmenter import SegmenterConfig
 
 RESPONSE_FORMATS = ("wav", "pcm", "flac", "json")
@@ -190,14 +190,14 @@ class SpeechRequest(BaseModel):
     response_format: str = "wav"
     speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED)
     stream_format: Literal["audio", "sse"] = "audio"
-    # duet extensions
-    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
-    temperature: float | None = Field(None, ge=0.0, le=MAX_TEMPERATURE)
-    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    stop_threshold: float | None = Field(None, gt=0.0, lt=1.0)
-    max_frames: int | None = Field(None, ge=1)
-    steps: int | None = Field(None, ge=1, le=MAX_STEPS)
+    # duet extensions: sampling fields, whose bounds duet.sampling.SamplingParams checks (duet.limits)
+    seed: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    stop_threshold: float | None = None
+    max_frames: int | None = None
+    steps: int | None = None
     reference_audio: str | None = None
     timestamps: bool = False  # SSE: word timings as the audio goes out (module doc); json has them anyway
     verify: bool | VerifyOptions = False

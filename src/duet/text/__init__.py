@@ -20,12 +20,13 @@ from duet.errors import DuetError
 QWEN3 = "qwen3"
 
 
-def get_tokenizer(name: str | os.PathLike):
+def get_tokenizer(name: str | os.PathLike, plain: bool = False):
     """A tokenizer by name: ``"qwen3"``, or the path of a duet BPE ``tokenizer.json`` (or a folder holding one);
     a phoneme BPE comes back as a ``PhonemeTokenizer`` whose ``encode`` phonemises first.
 
     Both come back as a transformers ``PreTrainedTokenizerFast`` with duet's service tokens; look their ids up with
-    ``duet.text.tokens.service_ids(tokenizer)``.
+    ``duet.text.tokens.service_ids(tokenizer)``. ``plain``: a duet BPE as a ``duet.text.bpe.PlainBPE`` (encoding for
+    inference, without importing transformers).
     """
     if str(name) == QWEN3:
         from duet.text.qwen import load_qwen3_tokenizer
@@ -37,5 +38,5 @@ def get_tokenizer(name: str | os.PathLike):
     if path.is_file():
         from duet.text.bpe import load_bpe
 
-        return load_bpe(path)
+        return load_bpe(path, plain=plain)
     raise DuetError(f"unknown tokenizer {str(name)!r}: use {QWEN3!r} or the path of a duet BPE tokenizer.json")

@@ -79,12 +79,47 @@ def save_bpe(tokenizer, path: str | os.PathLike) -> Path:
     return path
 
 
-def load_bpe(path: str | os.PathLike):
-    """A saved duet BPE as a ``PreTrainedTokenizerFast`` (the same interface as ``load_qwen3_tokenizer``); a phoneme
-    BPE (``duet.text.phonemes``) as its ``PhonemeTokenizer`` subclass."""
-    import json
+class PlainBPE:
+    """A duet BPE ``tokenizer.json`` through the ``tokenizers`` package alone, for inference without importing
+    transformers (about a second of a one-sentence ``duet speak``): the part of ``PreTrainedTokenizerFast`` that
+    duet's inference calls (``encode``, ``len``, vocabulary lookups, ``backend_tokenizer`` for character offsets).
+    A phoneme BPE (``voice`` set) phonemises its text first, as ``PhonemeTokenizer`` does; the ids are theirs."""
 
-    from transformers import PreTrainedTokenizerFast
+    def __init__(self, path: str | os.PathLike, voice: str | None = None):
+        from tokenizers import Tokenizer
+
+        self.backend_tokenizer = Tokenizer.from_file(str(path))
+        if voice is not None:
+            self.voice = voice  # the espeak-ng voice of a phoneme BPE (duet.text.phonemes.phoneme_voice)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise DuetError("a tokenizer encodes text (a str)")
+        voice = getattr(self, "voice", None)
+        if voice is not None:
+            from duet.text.phonemes import phonemize
+
+            text = phonemize(text, voice)
+        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def __len__(self) -> int:
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.backend_tokenizer.get_vocab(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend_tokenizer.token_to_id(token)
+
+
+def load_bpe(path: str | os.PathLike, plain: bool = False):
+    """A saved duet BPE as a ``PreTrainedTokenizerFast`` (the same interface as ``load_qwen3_tokenizer``); a phoneme
+    BPE (``duet.text.phonemes``) as its ``PhonemeTokenizer`` subclass. ``plain``: a :class:`PlainBPE` (inference
+    alone, without transformers)."""
+    import json
 
     from duet.text.phonemes import marked_voice, phoneme_tokenizer_class
 
@@ -92,6 +127,12 @@ def load_bpe(path: str | os.PathLike):
     if not path.is_file():
         raise DuetError(f"no tokenizer file at {path}")
     voice = marked_voice(json.loads(path.read_text(encoding="utf-8")))
+    if plain:
+        plain_tok = PlainBPE(path, voice)
+        service_ids(plain_tok)  # raises a clear DuetError for a tokenizer.json that duet did not train
+        return plain_tok
+    from transformers import PreTrainedTokenizerFast
+
     cls = PreTrainedTokenizerFast if voice is None else phoneme_tokenizer_class()
     tok = cls(tokenizer_file=str(path), pad_token=PAD, clean_up_tokenization_spaces=False)
     if voice is not None:

@@ -118,9 +118,15 @@ def phonemize(text: str, voice: str = DEFAULT_VOICE) -> str:
     return phonemize_many([text], voice)[0]
 
 
+def phoneme_voice(tokenizer) -> str | None:
+    """The espeak-ng voice of a phoneme tokenizer (a ``PhonemeTokenizer`` or a phoneme ``PlainBPE``), else None;
+    never imports transformers."""
+    return getattr(tokenizer, "voice", None)
+
+
 def surface(tokenizer, text: str) -> str:
     """The string a tokenizer's ids (and offsets) index for ``text``: its IPA for a phoneme tokenizer, else itself."""
-    voice = getattr(tokenizer, "voice", None) if isinstance(tokenizer, phoneme_tokenizer_class()) else None
+    voice = phoneme_voice(tokenizer)
     return text if voice is None else phonemize(text, voice)
 
 

@@ -10,13 +10,15 @@
     duet train luna-realtime --init-from checkpoints/luna-tiny --shards codes/rvq --out runs/luna-realtime-tiny
                                                                                    (recipes/luna_realtime.py)
     duet train luna-realtime-export RUN_DIR --out checkpoints/luna-realtime-tiny
+    duet train gepard-sft --init-from checkpoints/gepard-tiny --shards codes/fsq --out runs/gepard-sft
+                                                                                      (recipes/gepard_post.py)
+    duet train gepard-dpo --init-from runs/gepard-sft/export --manifest M --out runs/gepard-dpo
+    duet train gepard-export RUN_DIR --out checkpoints/gepard-dpo     # a Gepard run of any stage
+                                                                                    (recipes/gepard_export.py)
+    duet train luna-grpo --init-from checkpoints/luna-tiny --manifest corpus/manifest.jsonl --out runs/luna-grpo
+    duet train luna-grpo-export RUN_DIR --out checkpoints/luna-tiny-grpo                (recipes/luna_grpo.py)
 
 The recipes' flags are ``duet.train.flags``: building the parser imports no recipe, nor torch.
-
-The post-training stages (gepard-sft, gepard-dpo, luna-grpo, luna-grpo-export) score generations with ``duet eval``'s
-metrics, so they live above eval in ``duet.posttrain``; ``duet.posttrain.cli`` (what ``duet train`` runs) adds them to
-the stages :func:`register` returns, and makes ``gepard-export`` export their Gepard runs too (here it exports
-pretraining runs only).
 """
 
 from __future__ import annotations
@@ -24,11 +26,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from duet.train.flags import add_gepard_stages, add_luna_stages, add_realtime_stages
+from duet.train.flags import (
+    add_gepard_export,
+    add_gepard_post_stages,
+    add_gepard_stages,
+    add_luna_grpo_stages,
+    add_luna_stages,
+    add_realtime_stages,
+)
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """Adds ``train`` with this package's stages; returns its stage sub-parsers (``duet.posttrain.cli`` adds more)."""
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``train`` with every stage."""
     train = subparsers.add_parser("train", help="train models (codec, gepard, luna, luna-realtime, luna-grpo)")
     sub = train.add_subparsers(dest="train_command", metavar="STAGE")
     sub.required = True
@@ -60,10 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     export.add_argument("--checkpoint", default=None, help="a specific checkpoint directory (default: latest)")
     export.set_defaults(func=_export)
 
-    add_gepard_stages(sub, _train_gepard, _export_gepard)
+    add_gepard_stages(sub, _train_gepard)
+    add_gepard_export(sub, _export_gepard)
     add_luna_stages(sub, _train_luna, _export_luna)
     add_realtime_stages(sub, _train_realtime, _export_realtime)
-    return sub
+    add_gepard_post_stages(sub, _sft, _dpo)
+    add_luna_grpo_stages(sub, _grpo, _export_grpo)
 
 
 # Each action imports its recipe (torch, transformers) only when its stage runs.
@@ -76,7 +87,7 @@ def _train_gepard(args: argparse.Namespace) -> int:
 
 
 def _export_gepard(args: argparse.Namespace) -> int:
-    from duet.train.recipes.gepard import export_stage
+    from duet.train.recipes.gepard_export import export_stage
 
     return export_stage(args)
 
@@ -101,6 +112,30 @@ def _train_realtime(args: argparse.Namespace) -> int:
 
 def _export_realtime(args: argparse.Namespace) -> int:
     from duet.train.recipes.luna_realtime import export_stage
+
+    return export_stage(args)
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from duet.train.recipes.gepard_post import sft_stage
+
+    return sft_stage(args)
+
+
+def _dpo(args: argparse.Namespace) -> int:
+    from duet.train.recipes.gepard_post import dpo_stage
+
+    return dpo_stage(args)
+
+
+def _grpo(args: argparse.Namespace) -> int:
+    from duet.train.recipes.luna_grpo import train_stage
+
+    return train_stage(args)
+
+
+def _export_grpo(args: argparse.Namespace) -> int:
+    from duet.train.recipes.luna_grpo import export_stage
 
     return export_stage(args)
 

@@ -1,8 +1,10 @@
 """A stored pair set (``duet.train.gepard_pairs``) as the DPO stage's batches: which pairs train, with what weight.
 
 Selection and weights (our reading of the report's "quality-normalized reward scaling", §1.4 item 3; its §5 is
-past the end of our copy). Per pair the quality margin is m = q(chosen) - q(rejected), q from
-``duet.train.quality.Quality.value`` (1 - min(WER, 1), + sim_weight x SIM when cloning):
+past the end of our copy). Per pair the quality margin is m = q(chosen) - q(rejected), with an utterance's quality
+q = 1 - min(WER, 1), + sim_weight x SIM when cloning (:func:`quality`; WER is capped at 1 so that a runaway's
+insertions do not outweigh everything else, and a SIM that could not be computed counts 0, as far from the voice as
+it gets):
 - a pair with m < ``min_margin`` is left out: there the guided decoding did worse, and preferring it would teach
   the model that guidance's failures (default 0: ties stay, CFG is what is being distilled);
 - a pair whose chosen side's WER is above the rejected side's by more than ``max_wer_loss`` is left out too
@@ -39,7 +41,6 @@ from duet.finish import STOP
 from duet.gepard.model import collate
 from duet.train.gepard_pairs import SIDES, PairStore
 from duet.train.objectives.gepard_dpo import DPOBatch
-from duet.train.quality import Quality
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,10 @@ class Pair:
         return k + len(self.text_ids) + max(c.shape[1] for c in self.codes)
 
 
-def quality(side: dict) -> Quality:
-    return Quality(wer=side["wer"], transcript=side["transcript"], sim=side.get("sim"))
+def quality(side: dict, sim_weight: float) -> float:
+    """One side of a stored pair (its ``wer`` and ``sim``, ``duet.metrics.clip.ClipScore``'s) -> its quality q."""
+    sim = side.get("sim")
+    return 1.0 - min(side["wer"], 1.0) + (sim_weight * sim if sim is not None else 0.0)
 
 
 def _layout(durations: torch.Tensor | None) -> tuple[float, ...] | None:
@@ -95,12 +98,12 @@ def read_pairs(store: PairStore, cfg: DPODataConfig) -> tuple[list[Pair], dict[s
     kept: list[Pair] = []
     dropped = {"worse_chosen": 0, "worse_wer": 0}
     for r in store.records:
-        chosen, rejected = quality(r["chosen"]), quality(r["rejected"])
-        margin = chosen.value(cfg.sim_weight) - rejected.value(cfg.sim_weight)
+        chosen, rejected = r["chosen"], r["rejected"]
+        margin = quality(chosen, cfg.sim_weight) - quality(rejected, cfg.sim_weight)
         if margin < cfg.min_margin:
             dropped["worse_chosen"] += 1
             continue
-        if min(chosen.wer, 1.0) - min(rejected.wer, 1.0) > cfg.max_wer_loss:
+        if min(chosen["wer"], 1.0) - min(rejected["wer"], 1.0) > cfg.max_wer_loss:
             dropped["worse_wer"] += 1
             continue
         codes = tuple(fsq.unfold(store.tensor(r, s).long()[None])[0] for s in SIDES)  # (C, T) each

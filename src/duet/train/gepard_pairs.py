@@ -1,6 +1,6 @@
 """Offline preference pairs for Gepard's DPO stage: per text, the chosen utterance decoded with two-pass CFG and the
 rejected one without it (DESIGN §A, "CFG distilled by DPO"; report §1.2: "offline paired generations"), both
-decoded by the codec, scored (``duet.train.quality``: Whisper WER, and SIM when cloning) and stored with the
+decoded by the codec, scored (``duet.metrics.clip``: Whisper WER, and SIM when cloning) and stored with the
 reference model's trajectory log-likelihoods.
 
 One pair (:func:`make_pair`)::
@@ -8,7 +8,7 @@ One pair (:func:`make_pair`)::
     ids = gepard_prompt(text)                                  [SOT, text, EOT, SOS], as duet speak encodes it
     chosen   = generate(cfg_scale = w, uncond = [SOT, EOT, SOS])   two passes per frame (duet.gepard.generate)
     rejected = generate(cfg_scale = 1)                             one pass, the decoding DPO should improve
-    both: codec.decode -> scorer.score -> Quality; teacher-forced log pi_ref (duet.gepard.trajectory)
+    both: codec.decode -> scorer.score -> ClipScore; teacher-forced log pi_ref (duet.gepard.trajectory)
 
 Both use the same sampling (temperature, top-k: by default what the model is served with) and the same seed,
 ``crc32(seed:id)``, so a pair set is reproducible and a resumed run regenerates nothing it has.
@@ -49,13 +49,14 @@ from duet.codecs.base import Codec
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError
 from duet.finish import STOP
-from duet.gepard.generate import GenerationResult, SamplingConfig, generate
+from duet.gepard.generate import GenerationResult, generate
 from duet.gepard.model import GepardModel, GepardPrompt, collate
 from duet.gepard.trajectory import STOP_FLOOR, trajectory_logprob
 from duet.gepard.voice import reference_prefix
+from duet.metrics.clip import ClipScore, ClipScoring
+from duet.sampling import FrameBound, SamplingParams
 from duet.text.prompts import gepard_prompt
 from duet.text.tokens import service_ids
-from duet.train.quality import Quality, QualityScorer
 
 SIDES = ("chosen", "rejected")
 VoicePrefix = Callable[[Path], torch.Tensor]  # reference clip -> (1, K, D) prefix
@@ -67,9 +68,10 @@ class PairsConfig:
     temperature: float = 0.6  # both sides; the recipe puts the model's own served default here
     top_k: int = 20
     seed: int = 0
-    frames_per_token: float = SamplingConfig.frames_per_token  # the frame bound, as duet speak sets it
-    margin_frames: int = SamplingConfig.margin_frames
-    max_frames: int = SamplingConfig.max_frames
+    # the frame bound, as duet speak sets it; flat, as a pair directory's settings.json has always held it
+    frames_per_token: float = FrameBound.frames_per_token
+    margin_frames: int = FrameBound.margin_frames
+    max_frames: int = FrameBound.max_frames
     chunk: int = 16  # pairs per codes file: what a crash can cost
 
     def __post_init__(self) -> None:
@@ -77,12 +79,14 @@ class PairsConfig:
             raise DuetError("the chosen decoding needs classifier-free guidance: cfg_scale != 1")
         if self.chunk < 1:
             raise DuetError("chunk must be at least 1")
-        self.sampling()  # the sampler's own checks, once, here
+        self.sampling(), self.bound()  # the sampler's and the bound's own checks, once, here
 
-    def sampling(self, seed: int | None = None) -> SamplingConfig:
+    def sampling(self, seed: int | None = None) -> SamplingParams:
         """The rejected side's sampler settings (the chosen side adds ``cfg_scale``)."""
-        return SamplingConfig(temperature=self.temperature, top_k=self.top_k, frames_per_token=self.frames_per_token,
-                              margin_frames=self.margin_frames, max_frames=self.max_frames, seed=seed)
+        return SamplingParams(temperature=self.temperature, top_k=self.top_k, seed=seed)
+
+    def bound(self) -> FrameBound:
+        return FrameBound(self.frames_per_token, self.margin_frames, self.max_frames)
 
 
 @dataclass(frozen=True)
@@ -187,13 +191,13 @@ def store_settings(model_path: str, pairs: PairsConfig, scoring: dict[str, Any])
 # ---- generation --------------------------------------------------------------------------------------------------
 
 
-def _side(result: GenerationResult, quality: Quality, ref_logp: float) -> dict[str, Any]:
-    return {"frames": int(result.lengths[0]), "ended": result.ended[0], "wer": quality.wer,
-            "transcript": quality.transcript, "sim": quality.sim, "ref_logp": ref_logp}
+def _side(result: GenerationResult, score: ClipScore, ref_logp: float) -> dict[str, Any]:
+    return {"frames": int(result.lengths[0]), "ended": result.ended[0], "wer": score.wer,
+            "transcript": score.transcript, "sim": score.sim, "ref_logp": ref_logp}
 
 
 @torch.no_grad()
-def make_pair(model: GepardModel, codec: Codec, tokenizer: Any, prompt: PairPrompt, scorer: QualityScorer,
+def make_pair(model: GepardModel, codec: Codec, tokenizer: Any, prompt: PairPrompt, scorer: ClipScoring,
               cfg: PairsConfig, voice_prefix: VoicePrefix | None = None,
               ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """One prompt's pair -> (its record without ``shard``, its tensors). ``model`` in eval mode."""
@@ -212,9 +216,9 @@ def make_pair(model: GepardModel, codec: Codec, tokenizer: Any, prompt: PairProm
     gp = GepardPrompt(text, prefix=prefix, durations=durations)
     seed = pair_seed(cfg.seed, prompt.id)
     sampling = cfg.sampling(seed)
-    results = {"chosen": generate(model, gp, config=replace(sampling, cfg_scale=cfg.cfg_scale),
+    results = {"chosen": generate(model, gp, params=replace(sampling, cfg_scale=cfg.cfg_scale), bound=cfg.bound(),
                                   uncond_prompt=model.unconditional(gp)),
-               "rejected": generate(model, gp, config=sampling)}
+               "rejected": generate(model, gp, params=sampling, bound=cfg.bound())}
     fsq = GroupFSQ(FSQConfig())
     channels = {s: r.codes[0, :, : int(r.lengths[0])] for s, r in results.items()}  # (C, T) each
     packed = {s: fsq.fold(c[None].cpu())[0].to(torch.int16) for s, c in channels.items()}  # (G, T) each
@@ -231,9 +235,9 @@ def make_pair(model: GepardModel, codec: Codec, tokenizer: Any, prompt: PairProm
     sides = {}
     for i, side in enumerate(SIDES):
         audio = _decode(codec, packed[side])
-        quality = scorer.score(audio, codec.sample_rate, prompt.text,
-                               Path(prompt.prompt_wav) if prompt.prompt_wav else None)
-        sides[side] = _side(results[side], quality, ref[i])
+        score = scorer.score(audio, codec.sample_rate, prompt.text,
+                             Path(prompt.prompt_wav) if prompt.prompt_wav else None)
+        sides[side] = _side(results[side], score, ref[i])
     record = {"id": prompt.id, "text": prompt.text, "language": prompt.language, "prompt_wav": prompt.prompt_wav,
               "text_ids": ids, "seed": seed, **sides}
     tensors = {f"{prompt.id}/{s}": packed[s] for s in SIDES}
@@ -254,7 +258,7 @@ def _decode(codec: Codec, packed: torch.Tensor) -> np.ndarray:
 
 
 def make_pairs(model: GepardModel, codec: Codec, tokenizer: Any, prompts: Iterable[PairPrompt], store: PairStore,
-               scorer: QualityScorer, cfg: PairsConfig, voice_prefix: VoicePrefix | None = None,
+               scorer: ClipScoring, cfg: PairsConfig, voice_prefix: VoicePrefix | None = None,
                progress: bool = True) -> int:
     """Make the pairs of every prompt the store does not hold yet, ``cfg.chunk`` at a time; returns how many."""
     if not model.has_unconditional_path:

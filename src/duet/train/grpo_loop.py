@@ -5,12 +5,13 @@ One optimizer step (``GRPOTrainer.step``)::
 
     P prompts, the next in a seeded order of the prompt set (a pure function of (seed, epoch): exact resume)
     for each: G candidates decoded in one batch by the current model with the run's DecodeConfig, each trajectory
-              recorded (``duet.luna.trajectory``); the grids -> audio by the codec -> scorer (WER, SIM)
-    rewards: lexicographic, prompt-local (``duet.luna.rewards``); advantages per group; groups without preference
+              recorded (``duet.luna.trajectory``); the grids -> audio by the codec -> scorer (WER, SIM:
+              ``duet.metrics.clip``)
+    rewards: lexicographic, prompt-local (``duet.train.rewards``); advantages per group; groups without preference
              skipped (counted in ``groups_skipped``)
     ppo_epochs times: zero grads; for each kept group a step-by-step replay back-propagates its share of the loss
-             (``duet.luna.grpo.grpo_loss`` with |B| = the kept trajectories of the step); clip; non-finite guard;
-             AdamW step
+             (``duet.train.objectives.luna_grpo.grpo_loss`` with |B| = the kept trajectories of the step); clip;
+             non-finite guard; AdamW step
     (a step whose groups are all skipped makes no update)
 
 The policy runs in eval mode throughout (rollout and replay), so the replay's forward is the rollout's: with
@@ -24,7 +25,7 @@ Shape legend: G candidates, S text tokens, T frames, Q codebooks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,17 +39,15 @@ from duet.luna.bundle import LunaBundle
 from duet.luna.decode import DecodeConfig, maskgit_decode
 from duet.luna.duration import fit_durations, total_frames
 from duet.luna.grid import codes_from_grid
-from duet.luna.grpo import GRPOConfig, GRPOLoss, group_advantages, grpo_loss
 from duet.luna.model import LunaInputs, LunaModel
-from duet.luna.rewards import CandidateScore, lexicographic_rewards
 from duet.luna.trajectory import Trajectory, TrajectoryRecorder
+from duet.metrics.clip import ClipScore, ClipScoring
 from duet.text.prompts import luna_prompt
 from duet.train.loop import LoopConfig, build_optimizer
+from duet.train.objectives.luna_grpo import GRPOConfig, GRPOLoss, group_advantages, grpo_loss
+from duet.train.rewards import lexicographic_rewards
 from duet.train.runner import StepOutput, StepRunner
 from duet.train.schedule import warmup_cosine
-
-# audio (samples,) float32, sample rate, target text, reference clip or None -> the candidate's WER and SIM
-Scorer = Callable[[np.ndarray, int, str, "Path | None"], CandidateScore]
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ class GRPOStepConfig:
     group_size: int = 4  # G >= 2 candidates per prompt (§4.1)
     prompts_per_step: int = 2  # P groups per optimizer step
     ppo_epochs: int = 1  # optimizer updates per rollout (the first has ratio 1); the report gives none
-    wer_tie: float = 0.0  # WERs this close count as equal (SIM decides): duet.luna.rewards
+    wer_tie: float = 0.0  # WERs this close count as equal (SIM decides): duet.train.rewards
     max_frames: int = 400  # longest grid a rollout decodes (16 s at 25 Hz)
     grpo: GRPOConfig = GRPOConfig()
 
@@ -82,7 +81,7 @@ class Group:
     prompt: GRPOPrompt
     inputs: LunaInputs  # G rows of the same condition
     trajectory: Trajectory  # G recorded decodes
-    scores: list[CandidateScore]
+    scores: list[ClipScore]
 
 
 def prompt_inputs(bundle: LunaBundle, tokenizer: Any, prompt: GRPOPrompt, rows: int, max_frames: int) -> LunaInputs:
@@ -106,8 +105,8 @@ def prompt_inputs(bundle: LunaBundle, tokenizer: Any, prompt: GRPOPrompt, rows: 
 
 
 @torch.no_grad()
-def rollout(bundle: LunaBundle, tokenizer: Any, codec: Any, scorer: Scorer, prompt: GRPOPrompt, decode: DecodeConfig,
-            group_size: int, max_frames: int, generator: torch.Generator) -> Group:
+def rollout(bundle: LunaBundle, tokenizer: Any, codec: Any, scorer: ClipScoring, prompt: GRPOPrompt,
+            decode: DecodeConfig, group_size: int, max_frames: int, generator: torch.Generator) -> Group:
     """G candidates of one prompt, decoded in one batch with their trajectories recorded, then heard and scored."""
     model = bundle.acoustic
     inputs = prompt_inputs(bundle, tokenizer, prompt, group_size, max_frames)
@@ -117,7 +116,7 @@ def rollout(bundle: LunaBundle, tokenizer: Any, codec: Any, scorer: Scorer, prom
     traj = recorder.trajectory()
     codes = torch.stack([codes_from_grid(model.config, grid) for grid in traj.tokens])  # (G, T, Q) -> (G, Q_c, T)
     audio = codec.decode(codes.to(traj.tokens.device)).audio  # (G, samples)
-    scores = [scorer(audio[g].float().cpu().numpy(), codec.sample_rate, prompt.text, prompt.reference)
+    scores = [scorer.score(audio[g].float().cpu().numpy(), codec.sample_rate, prompt.text, prompt.reference)
               for g in range(group_size)]
     return Group(prompt, inputs, traj, scores)
 
@@ -145,8 +144,8 @@ class GRPOTrainer(StepRunner):
     name = "luna-grpo"
     val_key = "val_wer"
 
-    def __init__(self, bundle: LunaBundle, tokenizer: Any, codec: Any, scorer: Scorer, prompts: Sequence[GRPOPrompt],
-                 decode: DecodeConfig, step_cfg: GRPOStepConfig, loop: LoopConfig, *,
+    def __init__(self, bundle: LunaBundle, tokenizer: Any, codec: Any, scorer: ClipScoring,
+                 prompts: Sequence[GRPOPrompt], decode: DecodeConfig, step_cfg: GRPOStepConfig, loop: LoopConfig, *,
                  val_prompts: Sequence[GRPOPrompt] = (), reference: LunaModel | None = None):
         if not prompts:
             raise DuetError("GRPO needs at least one training prompt")

@@ -55,14 +55,13 @@ compressor refuses it in one line, as do an unreadable clip and ``--prompt`` giv
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
 from duet.errors import DuetError
-from duet.limits import MAX_SPEED, MAX_STEPS, MAX_TEMPERATURE, MAX_TOP_K, MIN_SPEED, SEED_LIMIT, invalid_unicode
+from duet.limits import invalid_unicode, out_of_bounds
 from duet.shipped import DEFAULT_MODEL
 from duet.text.tokens import EMOTIONS, emotion_token
 
@@ -117,13 +116,16 @@ def register(subparsers) -> None:
 
 
 def check_sampling(temperature: float | None, top_k: int | None, seed: int | None) -> None:
-    """The sampling flags' bounds, as the speech API's: checked before any model is loaded."""
-    if temperature is not None and not (math.isfinite(temperature) and 0.0 <= temperature <= MAX_TEMPERATURE):
-        raise DuetError(f"--temperature must be a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {temperature}")
-    if top_k is not None and not 0 <= top_k <= MAX_TOP_K:
-        raise DuetError(f"--top-k must be in [0, {MAX_TOP_K}] (0 = off), got {top_k}")
-    if seed is not None and not 0 <= seed < SEED_LIMIT:
-        raise DuetError(f"--seed must be in [0, 2**63), got {seed}")
+    """The sampling flags' bounds, the speech API's (``duet.limits``): checked before any model is loaded."""
+    check_bounds(temperature=temperature, top_k=top_k, seed=seed)
+
+
+def check_bounds(**flags: float | None) -> None:
+    """Each given flag (named by its field) inside its bound in ``duet.limits``, else a DuetError naming the flag."""
+    for field, value in flags.items():
+        problem = None if value is None else out_of_bounds(field, value, "--" + field.replace("_", "-"))
+        if problem:
+            raise DuetError(problem)
 
 
 def check_output(path: Path) -> str:
@@ -224,11 +226,7 @@ def check_luna_options(model: str, steps: int | None, speed: float | None, promp
     given = {k: v for k, v in (("steps", steps), ("speed", speed), ("prompt", prompt)) if v is not None}
     if not given:
         return {}
-    if steps is not None and not 1 <= steps <= MAX_STEPS:
-        raise DuetError(f"--steps must be a positive integer up to {MAX_STEPS} (8, 16 or 32 are typical), got {steps}")
-    if speed is not None and not (math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
-        raise DuetError(f"--speed must be a number in [{MIN_SPEED:g}, {MAX_SPEED:g}] (1 = as predicted, 2 = twice "
-                        f"as fast), got {speed}")
+    check_bounds(steps=steps, speed=speed)
     from duet.families import FAMILIES, family
     from duet.shipped import model_type
 
@@ -266,6 +264,24 @@ def check_voice_ref(voice_ref: str | None, prompt: str | None) -> None:
         raise DuetError(f"--voice-ref {voice_ref}: no such file")
 
 
+def set_speak_threads(model: str) -> None:
+    """torch's threads for speaking with ``model``: its family's ``speak_threads`` (Gepard: one), unless
+    OMP_NUM_THREADS chooses; a model that cannot be resolved is left for ``load`` to refuse."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    from duet.families import family
+    from duet.shipped import model_type
+
+    try:
+        threads = family(model_type(model)[1]).speak_threads
+    except DuetError:
+        return
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def run_speak(args: argparse.Namespace) -> int:
     import soundfile as sf
 
@@ -297,6 +313,7 @@ def run_speak(args: argparse.Namespace) -> int:
     check_voice_ref(args.voice_ref, args.prompt)
     model_options = check_luna_options(args.model, args.steps, args.speed, args.prompt, args.prompt_text)
     model_options |= check_emotion_flag(args.emotion)
+    set_speak_threads(args.model)
     speaker = load(args.model)
     words = check_timestamps_model(speaker, stamps)
     if args.voice_ref is not None:
@@ -377,6 +394,7 @@ def run_stdin_stream(args: argparse.Namespace) -> int:
     stamps = check_timestamps_path(args.timestamps)
     model_options = check_luna_options(args.model, args.steps, args.speed) | check_emotion_flag(args.emotion)
     check_voice_ref(args.voice_ref, args.prompt)
+    set_speak_threads(args.model)
     speaker = load(args.model)
     words = check_timestamps_model(speaker, stamps)
     if args.voice_ref is not None:  # read once: every piece carries the same samples

@@ -1,9 +1,13 @@
 """``duet edit IN.wav --text "what IN says" --span START:END [--new-text "the new transcript"] -o OUT.wav
-[--model luna-tiny] [--steps S] [--seed N] [--temperature T] [--top-k K] [--cfg-scale W] [--emotion NAME]``.
+[--model luna-tiny] [--steps S] [--seed N] [--temperature T] [--top-k K] [--cfg-scale W] [--emotion NAME]
+[--verify [--verify-tries N]]``.
 
 Speech editing with a Luna model (``duet.tts.luna_edit``): the seconds START to END of the recording are
 regenerated, under the same transcript (a retake) or under ``--new-text``, the whole new transcript; the rest of the
-recording keeps its codec codes. Bad input (a span that is not START:END in seconds or lies outside the recording, an
+recording keeps its codec codes and its samples (beyond a 20 ms crossfade at each side of the span). ``--verify``
+hears the edited utterance back with Whisper (the eval extra; the ``duet`` command hands the recogniser in) and makes
+the edit again with another seed while any word of the new transcript is misheard, up to ``--verify-tries`` (3)
+makings, keeping the best (``duet.tts.luna_edit.verified_edit``). Bad input (a span that is not START:END in seconds or lies outside the recording, an
 empty transcript, a missing or silent recording, a model that is not Luna, an output path that cannot be written)
 ends with one line on stderr and exit code 2, and nothing is written.
 """
@@ -12,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import time
 from pathlib import Path
 
 from duet.errors import DuetError
+from duet.limits import SEED_LIMIT
 
 
 def register(subparsers) -> None:
@@ -36,6 +42,11 @@ def register(subparsers) -> None:
     p.add_argument("--cfg-scale", type=float, default=None, help="classifier-free guidance scale (1 = off)")
     p.add_argument("--emotion", default=None, metavar="NAME",
                    help="the utterance's emotion (as duet speak --emotion), in the context of both transcripts")
+    p.add_argument("--verify", action="store_true",
+                   help="hear the edit back (Whisper) and make it again with another seed while a word of the new "
+                        "transcript is misheard, keeping the best (slower: one transcription per making)")
+    p.add_argument("--verify-tries", type=int, default=3, metavar="N",
+                   help="with --verify: makings at most, the first included (default 3)")
     p.set_defaults(func=run_edit)
 
 
@@ -49,6 +60,21 @@ def parse_span(span: str) -> tuple[float, float]:
     if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
         raise DuetError(f"--span must be START:END in seconds with 0 <= START < END (e.g. 0.8:1.6), got {span!r}")
     return start, end
+
+
+def _check_verify(args: argparse.Namespace):
+    """``--verify``: (its config, the recogniser the ``duet`` command hands in), or (None, None) without it."""
+    if not args.verify:
+        if args.verify_tries != 3:
+            raise DuetError("--verify-tries goes with --verify")
+        return None, None
+    from duet.tts.verify import VerifyConfig
+
+    config = VerifyConfig(tries=args.verify_tries)  # a bad count is a DuetError here, before loading
+    make_scorer = getattr(args, "verify_scorer", None)
+    if make_scorer is None:
+        raise DuetError("--verify needs a speech recogniser; run it through the duet command")
+    return config, make_scorer()
 
 
 def run_edit(args: argparse.Namespace) -> int:
@@ -69,11 +95,21 @@ def run_edit(args: argparse.Namespace) -> int:
     _, kind = model_type(args.model)
     if kind != "luna":
         raise DuetError(f"editing needs a Luna model (it fills a masked span); {args.model} is a {kind} model")
+    verify, scorer = _check_verify(args)
     speaker = load(args.model)
     audio, _ = load_audio(args.input, sample_rate=speaker.sample_rate)
     started = time.perf_counter()
-    edited = speaker.edit(audio, args.text, span, new_text=args.new_text, seed=args.seed, steps=args.steps,
-                          temperature=args.temperature, top_k=args.top_k, cfg_scale=args.cfg_scale, **emotion)
+    options = dict(new_text=args.new_text, steps=args.steps, temperature=args.temperature, top_k=args.top_k,
+                   cfg_scale=args.cfg_scale, **emotion)
+    if verify is None:
+        edited = speaker.edit(audio, args.text, span, seed=args.seed, **options)
+    else:
+        from duet.tts.luna_edit import verified_edit
+
+        seed = random.SystemRandom().randrange(SEED_LIMIT) if args.seed is None else args.seed
+        edited, score = verified_edit(speaker.runtime, audio, args.text, span, scorer, verify, seed=seed, **options)
+        print(f"verify: {score.tries} making(s), kept making {score.kept + 1}: WER {score.first_wer:.3f} -> "
+              f"{score.wer:.3f}, heard {score.transcript!r}")
     wall = time.perf_counter() - started
     sf.write(out, edited.speech.audio, edited.speech.sample_rate, format=fmt)
     a, b = edited.span_seconds

@@ -3,26 +3,26 @@ and ``duet serve`` alike (``duet.tts.runtime``).
 
 Gepard's decode loop is a stock transformer step (DESIGN §A, "Principle"), so continuous batching is the usual
 LLM kind: requests of different lengths decode together in one forward pass per step. Caches live in one pool
-(``duet.tts.kv_pool``): each cached sequence (a *row*) owns a slot and its positions [0, L) in it. A request has one
+(``duet.nn.kv_pool``): each cached sequence (a *row*) owns a slot and its positions [0, L) in it. A request has one
 row, or two with classifier-free guidance (conditional, then the unconditional prompt [SOT, EOT, SOS] of
 ``GepardPrompt.unconditional``, as ``duet.gepard.generate`` runs it). Each step
 
 1. guides every running request's pending logits (``uncond + w (cond - uncond)``; w = 1 reads the conditional row
-   alone), samples its frame with its own parameters and generator (``duet.tts.sampling``) and reads its stop
+   alone), samples its frame with its own parameters and generator (``duet.gepard.sampling``) and reads its stop
    probability from the conditional row (sigmoid of the stop head; Gepard §3.3);
-2. feeds the frames of the requests that go on through the backbone as one batch of rows: their pool rows, cut at
-   the longest length (right-padded), become a stock ``DynamicCache``; a 4D additive mask (R, 1, 1, L + 1) hides
-   each row's padding, and per-row position ids give the new position its own RoPE angle;
-3. scatters the new key/value column of every row back into the pool at its own length, in one indexed write.
+2. feeds the frames of the requests that go on through Gepard's decode step (``duet.gepard.decode.GepardStep``,
+   the layout ``GepardModel.prefill`` / ``step`` read, in plain torch) as one batch of rows: each row's new key and
+   value are written into the pool at its own length and attention reads the pool rows in place (right-padded to
+   the longest, masked), with per-row positions for RoPE.
 
 So a step costs a fixed number of tensor ops whatever the batch size. A request whose stop probability exceeds its
 threshold is not fed (its caller drops that step's phantom frame), so a row never holds more than
 ``prompt + bound`` positions. Frames come from Gepard's one sampler (``duet.gepard.sampling``), the one
 ``duet.gepard.generate`` and the vLLM path use, so a seed gives the same frames offline, spoken and served.
 
-Aligned text input (``duet.gepard.aligned``): prefill runs the model's own ``prefill`` (its duration predictor lays
-the text out, at the request's ``speed``) and each row keeps its embedded text, durations and next audio position;
-a step adds every row's aligned input, computed in one call over the rows padded to the longest text. Such a model
+Aligned text input (``duet.gepard.aligned``): prefill lays the text out as the model's own ``prefill`` does (its
+duration predictor, at the request's ``speed``: ``GepardModel.prompt_inputs``) and each row keeps its layout and
+next audio position (an ``AlignedState``: its aligned inputs computed a block of positions at a time). Such a model
 knows how long a text will be: one predicted to end within ``margin_frames`` of its bound is refused. Its layout
 (the conditional row's durations: output frame f is laid out at audio position f) goes out with every step of the
 request as a ``TextLayout`` (``duet.tts.timestamps``: word timings), when the runtime has the tokenizer. A request's
@@ -55,32 +55,30 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from transformers.cache_utils import DynamicCache
 
 from duet.codecs.base import Codec
 from duet.codecs.fsq import FSQConfig, GroupFSQ
 from duet.errors import DuetError, InvalidRequest
 from duet.gepard.aligned import AlignedState
-from duet.gepard.generate import SPEAK_SAMPLING, SamplingConfig, frame_bound, guide
+from duet.gepard.decode import GepardStep, frame_inputs
+from duet.gepard.generate import SPEAK_SAMPLING, guide
 from duet.gepard.heads import pad_channels
 from duet.gepard.model import NUM_SERVICE_TOKENS, GepardModel, GepardPrompt
+from duet.gepard.sampling import sample_requests
 from duet.gepard.voice import reference_prefix
-from duet.nn.backbone import run_backbone
-from duet.tts.kv_pool import KVPool
+from duet.nn.kv_pool import KVPool
+from duet.sampling import FrameBound, SamplingParams
 from duet.tts.pace_layout import paced_durations
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyTraits, PerRequest, StepCost, StepOutput, kv_cache_bytes, restoring_generators
-from duet.tts.sampling import SamplingParams, sample_requests
 from duet.tts.timestamps import TextLayout
 
 
 @dataclass(frozen=True)
 class GepardRuntimeConfig:
-    frames_per_token: float = SamplingConfig.frames_per_token  # length bound from the text (duet.gepard.generate)
-    margin_frames: int = SamplingConfig.margin_frames
-    max_frames: int = SamplingConfig.max_frames
+    bound: FrameBound = FrameBound()  # length bound from the text
     # request defaults: cooled and truncated (SPEAK_SAMPLING), or the model's own (its config.json)
-    params: SamplingParams = SamplingParams(temperature=SPEAK_SAMPLING.temperature, top_k=SPEAK_SAMPLING.top_k)
+    params: SamplingParams = SPEAK_SAMPLING
 
 
 def check_predicted_length(frames: float, max_frames: int, frame_rate: float, margin_frames: int = 0) -> None:
@@ -159,6 +157,7 @@ class GepardRuntime:
         self._dtype = self.model.embed_tokens.weight.dtype
         self._device = self.model.embed_tokens.weight.device
         self.pool = KVPool(bb.num_layers, bb.num_kv_heads, bb.head_dim, self._dtype, self._device)
+        self._step = GepardStep(self.model)
         self.cache_bytes_per_position = kv_cache_bytes(bb.num_layers, bb.num_kv_heads, bb.head_dim, self._dtype)
         self._levels = tuple(mcfg.channel_levels)
         self._ids: PerRequest[list[int]] = PerRequest()
@@ -167,7 +166,7 @@ class GepardRuntime:
 
     @property
     def max_frames(self) -> int:
-        return self.config.max_frames
+        return self.config.bound.max_frames
 
     @property
     def default_params(self) -> SamplingParams:
@@ -188,21 +187,20 @@ class GepardRuntime:
                                  "requests", param="input", code="context_length_exceeded")
         if self.model.is_aligned and request.params.max_frames is None:  # it knows how long the text will be
             frames = float(self._durations(request).sum())
-            check_predicted_length(frames, self.frame_bound(request), self.codec.frame_rate, self.config.margin_frames)
+            check_predicted_length(frames, self.frame_bound(request), self.codec.frame_rate,
+                                   self.config.bound.margin_frames)
         need = prompt + (request.params.max_frames or self.frame_bound(request))
         if need > limit:
             raise InvalidRequest(f"prompt + frames = {need} positions exceeds the model's {limit}", param="input",
                                  code="context_length_exceeded")
 
     def frame_bound(self, request: SynthesisRequest) -> int:
-        cfg = self.config
-        bound = SamplingConfig(frames_per_token=cfg.frames_per_token, margin_frames=cfg.margin_frames,
-                               max_frames=cfg.max_frames)
-        frames = frame_bound(len(self._text_ids(request)) - NUM_SERVICE_TOKENS, bound)
+        bound = self.config.bound
+        frames = bound.frames(len(self._text_ids(request)) - NUM_SERVICE_TOKENS)
         pace = request.pace
         if pace is not None and pace.layout:  # slower spans and pauses make the text longer
             extra = math.ceil(frames / min(pace.slowest, 1.0)) - frames
-            frames = min(cfg.max_frames, frames + extra + math.ceil(pace.break_seconds * self.codec.frame_rate))
+            frames = min(bound.max_frames, frames + extra + math.ceil(pace.break_seconds * self.codec.frame_rate))
         return frames
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
@@ -236,7 +234,7 @@ class GepardRuntime:
 
     # --- the decode thread ------------------------------------------------------------------------------------------
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def prefill(self, requests: Sequence[SynthesisRequest], seeds: Sequence[int]) -> list[GepardState]:
         states = []
         for request, seed in zip(requests, seeds):  # one by one: prompts differ in length, and prefill is once
@@ -278,21 +276,15 @@ class GepardRuntime:
         return prefix
 
     def _prefill_row(self, prompt: GepardPrompt, bound: int) -> _Row:
-        aligned = None
-        if self.model.is_aligned:
-            logits, aligned = self.model.prefill(prompt)
-            cache = aligned.cache
-            aligned.cache = None  # the pool holds it from here
-        else:
-            cache = self.model.new_cache()
-            logits = self.model.logits(text_ids=prompt.text_ids, prefix=prompt.prefix, cache=cache)  # N = 1: SOS
-        s = cache.get_seq_length()  # K + S: the prefix (if any) and the text
+        """A prompt into a fresh pool row with room for ``bound`` frames: the layout of ``GepardModel.prefill``
+        (``prompt_inputs``), run by the decode step's own prefill."""
+        inputs, aligned = self.model.prompt_inputs(prompt)  # (1, K + S, D): the prefix (if any) and the text
+        s = inputs.shape[1]
         slot = self.pool.alloc(s + bound)
-        prompt_kv = [torch.stack([c.keys[0], c.values[0]]) for c in cache.layers]  # layers x (2, H_kv, S, hd)
-        self.pool.kv[:, :, slot, :, :s] = torch.stack(prompt_kv)
+        logits = self._step.prefill(inputs, self.pool, slot)  # N = 1: SOS
         return _Row(slot, s, logits.codes[0, -1], logits.stop[0, -1], aligned)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self, states: Sequence[GepardState]) -> list[StepOutput]:
         flat = [s.rows[0].next_codes.float() if s.cfg_scale == 1.0 else
                 guide(s.rows[0].next_codes.float(), s.rows[1].next_codes.float(), s.cfg_scale) for s in states]
@@ -312,51 +304,23 @@ class GepardRuntime:
             self.pool.free(row.slot)
 
     def _decode(self, rows: list[_Row], frames: torch.Tensor) -> None:
-        """Feed frames (R, C) to these rows: one batched forward; each row's cache grows by one position."""
-        r = len(rows)
-        slots = torch.tensor([row.slot for row in rows], device=self._device)  # (R,)
-        lengths = torch.tensor([row.length for row in rows], device=self._device)  # (R,)
-        lmax = max(row.length for row in rows)
-        if lmax >= self.pool.kv.shape[4]:
-            raise RuntimeError("a request outgrew its KV reservation")  # the caller's bound prevents this
-        cached = self.pool.kv[:, :, slots, :, :lmax]  # (layers, 2, R, H_kv, L, hd), right-padded
-        cache = DynamicCache(config=self.model.model.config)
-        for layer in range(cached.shape[0]):
-            cache.update(cached[layer, 0], cached[layer, 1], layer)
-        # Column j < L holds row b's position j if j < L_b (else padding); column L is the new position.
-        column = torch.arange(lmax + 1, device=self._device)  # (L + 1,)
-        visible = (column[None] < lengths[:, None]) | (column[None] == lmax)  # (R, L + 1)
-        mask = torch.zeros((r, 1, 1, lmax + 1), dtype=self._dtype, device=self._device)  # (R, 1, Q=1, KV)
-        # additive, not boolean: read correctly by both sdpa and eager attention (DESIGN §C)
-        mask.masked_fill_(~visible[:, None, None, :], torch.finfo(self._dtype).min)
-        x = self.model.audio_interface(frames[:, None, :]).to(self._dtype)  # (R, 1, D)
+        """Feed frames (R, C) to these rows: one batched decode step; each row's cache grows by one position."""
+        aligned = None
         if self.model.is_aligned:
-            x = x + self._aligned_inputs(rows)
-        hidden = run_backbone(self.model.model, x, cache=cache, position_ids=lengths[:, None], attention_mask=mask)
-        out = self.model.heads(hidden)  # codes (R, 1, 216), stop (R, 1)
-        new = torch.stack([torch.stack([c.keys[:, :, -1], c.values[:, :, -1]]) for c in cache.layers])
-        # new (layers, 2, R, H_kv, hd); the indexed view puts its advanced dim first: (R, layers, 2, H_kv, hd)
-        self.pool.kv[:, :, slots, :, lengths] = new.permute(2, 0, 1, 3, 4)
+            states = [row.aligned for row in rows]
+            positions = [a.position for a in states]
+            aligned = torch.cat([a.next_input(self.model.aligned) for a in states])  # (R, 1, D)
+        try:
+            x = frame_inputs(self.model.audio_interface, frames, aligned)  # (R, 1, D)
+            out = self._step.step(x, self.pool, [row.slot for row in rows], [row.length for row in rows])
+        except BaseException:
+            if aligned is not None:  # as it was: the caller may run the rows again
+                for a, p in zip(states, positions):
+                    a.position = p
+            raise
         for i, row in enumerate(rows):
             row.length += 1
             row.next_codes, row.next_stop = out.codes[i, -1], out.stop[i, -1]
-
-    def _aligned_inputs(self, rows: list[_Row]) -> torch.Tensor:
-        """Each row's aligned input (R, 1, D) at its next audio position, one batched call; positions advance."""
-        states = [row.aligned for row in rows]
-        assert all(a is not None for a in states)
-        smax = max(a.text.shape[1] for a in states)
-        text = torch.zeros((len(states), smax, states[0].text.shape[2]), dtype=states[0].text.dtype,
-                           device=self._device)  # (R, S, D)
-        durations = torch.zeros((len(states), smax), device=self._device)  # (R, S)
-        for i, a in enumerate(states):
-            text[i, : a.text.shape[1]] = a.text[0]
-            durations[i, : a.durations.shape[1]] = a.durations[0]
-        lengths = torch.tensor([a.text.shape[1] for a in states], device=self._device)
-        positions = torch.tensor([[a.position] for a in states], device=self._device)  # (R, 1)
-        for a in states:
-            a.position += 1
-        return self.model.aligned(text, lengths, durations, positions).to(self._dtype)
 
 
 def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str = "cpu",
@@ -364,12 +328,13 @@ def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str 
     """The runtime of a shipped Gepard directory; ``codec`` defaults to the codec the checkpoint was trained on,
     the request defaults to the model's own sampling (its config.json), else SPEAK_SAMPLING. ``language`` (how text
     is prepared: English is normalised, other languages are read as written) defaults to the espeak-ng voice its
-    phoneme tokenizer is marked with (a voice trained with ``duet voice train --language es``), else English."""
+    phoneme tokenizer is marked with (a voice trained with ``duet voice train --language es``), else English. The
+    model is loaded for inference alone (``load_gepard(stock=False)``: no transformers import)."""
     from duet.codecs import load as load_codec
     from duet.gepard.checkpoint import load_gepard
     from duet.text.prompts import gepard_prompt
 
-    loaded = load_gepard(path, device=device)
+    loaded = load_gepard(path, device=device, stock=False)
     if language is None:
         language = model_language(Path(loaded.path) / "tokenizer.json")
     config = GepardRuntimeConfig()

@@ -87,6 +87,8 @@ def speak_live(speaker, deltas: Iterable[str | None], write: Callable[[np.ndarra
                 samples += chunk.audio.numel()
                 if chunk.words:
                     trail = samples / speaker.sample_rate - chunk.words[-1].end
+                if chunk.trail is not None:  # the quiet measured at its end (fitted pauses), as the join reads it
+                    trail = chunk.trail
                 if chunk.end is not None:
                     ended.append(chunk.end)
                 yield chunk

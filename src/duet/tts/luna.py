@@ -69,11 +69,11 @@ from duet.luna.decode import DecodeConfig, cells_to_generate, maskgit_step
 from duet.luna.duration import DurationPredictor, total_frames
 from duet.luna.infill import check_prompt_audio, check_prompt_grid
 from duet.luna.model import LunaInputs, LunaModel, pad_right
+from duet.sampling import SamplingParams
 from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
 from duet.tts.pace_layout import paced_durations
 from duet.tts.request import SynthesisRequest, VoicePrompt
 from duet.tts.runtime import FamilyTraits, PerRequest, StepCost, StepOutput, restoring_generators
-from duet.tts.sampling import SamplingParams
 from duet.tts.timestamps import TextLayout
 
 

@@ -9,9 +9,10 @@ predictor's lengths of the new and the old transcript (the unedited words are as
 least one frame. ``new_text`` is the whole new transcript, not only the replaced words: Luna reads the whole
 utterance's text and finds where in it the hole lies.
 
-The codes outside the span are the recording's own, bit for bit (``EditedSpeech.grid``); the audio is the codec's
-decode of the edited grid, so outside the span it is the codec's reconstruction of the recording, not the input
-samples. Bad input is a DuetError before any decoding: an empty transcript, a silent, empty or non-finite
+The codes outside the span are the recording's own, bit for bit (``EditedSpeech.grid``), and so are the samples: the
+audio is the recording itself up to the span, the codec's decode of the edited grid over the span, and the recording
+again after it (shifted by the span's change in length), joined by linear crossfades of ``CROSSFADE_SECONDS`` laid
+just outside the span (``splice``). Beyond that margin the edited audio is the input, sample for sample. Bad input is a DuetError before any decoding: an empty transcript, a silent, empty or non-finite
 recording, one longer than the runtime's ``max_frames``, a span that is empty or outside the recording, or a text
 that leaves no room for the grid in the model's positions.
 
@@ -27,13 +28,19 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from duet.audio import resample
 from duet.errors import DuetError
 from duet.finish import STOP
+from duet.limits import SEED_LIMIT
 from duet.luna.decode import with_overrides
 from duet.luna.infill import check_prompt_audio, edit, edit_span_frames
+from duet.metrics.clip import ClipScoring
 from duet.text.prompts import luna_prompt
 from duet.tts.runtime import check_emotion
 from duet.tts.speech import Speech
+from duet.tts.verify import SEED_STRIDE, BestOf, PieceScore, VerifyConfig
+
+CROSSFADE_SECONDS = 0.02  # each join of recording and regenerated audio, laid outside the span
 
 
 class EditableLuna(Protocol):
@@ -85,6 +92,26 @@ def span_frames_of(span_seconds: tuple[float, float], seconds: float, frame_rate
     return a, b
 
 
+def splice(recording: np.ndarray, decoded: np.ndarray, start: int, old_end: int, new_end: int,
+           fade: int) -> np.ndarray:
+    """The edited waveform: ``recording`` (L,) with its samples [start, old_end) replaced by ``decoded``'s
+    [start, new_end) ((M,), the decode of the edited grid, whose samples before ``start`` and after ``new_end``
+    reconstruct the recording's before ``start`` and after ``old_end``). Each join is a linear crossfade of up to
+    ``fade`` samples outside the span: the recording's [start - fade, start) fades into the decode, the decode's
+    [new_end, new_end + fade) into the recording's [old_end, old_end + fade). -> (new_end + L - old_end,) float32."""
+    old_end = min(old_end, len(recording))
+    f0 = min(fade, start)
+    f1 = max(0, min(fade, len(recording) - old_end, len(decoded) - new_end))
+    into = np.linspace(0.0, 1.0, f0 + 2, dtype=np.float32)[1:-1]  # (f0,) strictly between 0 and 1
+    out_of = np.linspace(1.0, 0.0, f1 + 2, dtype=np.float32)[1:-1]  # (f1,)
+    parts = (recording[:start - f0],
+             recording[start - f0:start] * (1 - into) + decoded[start - f0:start] * into,
+             decoded[start:new_end],
+             decoded[new_end:new_end + f1] * out_of + recording[old_end:old_end + f1] * (1 - out_of),
+             recording[old_end + f1:])
+    return np.concatenate(parts).astype(np.float32)
+
+
 def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
                 span_seconds: tuple[float, float], *, new_text: str | None = None, sample_rate: int | None = None,
                 seed: int | None = None, steps: int | None = None, temperature: float | None = None,
@@ -126,5 +153,31 @@ def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
     layout = luna.layout(ids, grid.shape[0] - (b - a) + n)
     result = edit(luna.model, text_ids, grid, (a, b), n, decode, generator=generator,
                   durations=None if layout is None else layout[0])
-    speech = Speech(luna.decode_grid(result.grid), luna.sample_rate, ((new_text or text).strip(),), (STOP,))
+    recording = audio if sample_rate in (None, luna.sample_rate) else resample(audio, sample_rate, luna.sample_rate)
+    spf = luna.codec.samples_per_frame
+    start, new_end = (f * spf for f in result.span)
+    joined = splice(recording, luna.decode_grid(result.grid), start, b * spf, new_end,
+                    round(CROSSFADE_SECONDS * luna.sample_rate))
+    speech = Speech(joined, luna.sample_rate, ((new_text or text).strip(),), (STOP,))
     return EditedSpeech(speech, result.grid, result.span, frame_rate)
+
+
+def verified_edit(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
+                  span_seconds: tuple[float, float], scorer: ClipScoring, config: VerifyConfig = VerifyConfig(), *,
+                  new_text: str | None = None, seed: int = 0, **options: Any) -> tuple[EditedSpeech, PieceScore]:
+    """``edit_speech`` heard back: the edited utterance is scored by ``scorer`` (WER against the whole transcript it
+    should now say) and the edit made again while its WER is above ``config.max_wer``, up to ``config.tries``
+    makings, the best kept (the lowest WER, the earliest of equals; ``duet.tts.verify.BestOf``). Making ``t`` is
+    seeded ``seed + t * SEED_STRIDE``: the seed alone changes a Luna decode (its unmasking order draws Gumbel noise),
+    so retries keep the request's sampling. -> (the kept edit, its score)."""
+    target = (new_text or text).strip()
+    best, kept = BestOf(0, target, config), None
+    for t in range(config.tries):
+        edited = edit_speech(luna, audio, text, span_seconds, new_text=new_text,
+                             seed=(seed + t * SEED_STRIDE) % SEED_LIMIT, **options)
+        if best.offer(scorer.score(edited.speech.audio, edited.speech.sample_rate, target)):
+            kept = edited
+        if best.done:
+            break
+    assert kept is not None
+    return kept, best.score()

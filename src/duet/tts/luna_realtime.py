@@ -74,11 +74,11 @@ from duet.luna.duration import DurationPredictor
 from duet.luna.realtime import LunaRealtime, RealtimeLogits
 from duet.luna.stream import KVBlockSession, StreamConfig, end_frame
 from duet.luna.stream_batch import step_sessions
+from duet.sampling import SamplingParams
 from duet.tts.luna_parts import LunaParts, codec_of, request_decode_config
 from duet.tts.pace_layout import paced_durations
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyTraits, PerRequest, StepCost, StepOutput, kv_cache_bytes
-from duet.tts.sampling import SamplingParams
 from duet.tts.timestamps import TextLayout
 
 

@@ -28,7 +28,7 @@ from duet.errors import InvalidRequest
 from duet.text.prompts import prepare_input
 from duet.text.tags import spoken_words
 from duet.tts.pace import Pace
-from duet.tts.timestamps import PAUSES, character_frames
+from duet.tts.timestamps import PAUSES, TextLayout, character_frames
 from duet.tts.word_map import WordMap, without_tags, word_map
 
 
@@ -47,7 +47,7 @@ def paced_durations(durations: Sequence[float], ids: Sequence[int], text: str, p
         return d
 
     def words_before(offset: int) -> int:
-        return min(len(spoken_words(without_tags(prepare_input(text[:offset], language)))), words)
+        return _words_before(text, offset, language, words)
 
     scaled: set[int] = set()
     for a, b, rate in pace.rates:
@@ -75,6 +75,29 @@ def paced_durations(durations: Sequence[float], ids: Sequence[int], text: str, p
     return d
 
 
+def break_gaps(layout: TextLayout, pace: Pace, frame_rate: float) -> list[tuple[float, float, float]]:
+    """Each break of ``pace`` between two words of ``layout``'s text -> (end of the word before it, start of the word
+    after it, the break's seconds), in seconds of the piece's audio as ``piece_words`` counts them: where the layout
+    put the pause, for ``duet.tts.pause_fit`` to find it in the audio. A layout with a voice prompt's words has none
+    (pauses are not laid out with a prompt)."""
+    wmap = word_map(layout.text, layout.tokenizer, layout.language)
+    if wmap is None or layout.prompt_tokens or not wmap.words:
+        return []
+    words = len(wmap.words)
+    starts, ends = _word_frames(wmap, layout.ids, layout.durations, layout.offset)
+    out = []
+    for offset, seconds in pace.breaks:
+        k = _words_before(layout.text, offset, layout.language, words)
+        if 0 < k < words:
+            out.append((ends[k - 1] / frame_rate, starts[k] / frame_rate, seconds))
+    return out
+
+
+def _words_before(text: str, offset: int, language: str, words: int) -> int:
+    """How many spoken words of ``text`` lie before character ``offset`` (at most ``words``)."""
+    return min(len(spoken_words(without_tags(prepare_input(text[:offset], language)))), words)
+
+
 def _tokens_touching(wmap: WordMap, lo: int, hi: int) -> list[int]:
     """Text tokens with a character in the surface's [lo, hi)."""
     return [j for j, (a, b) in enumerate(wmap.offsets) if a < hi and b > lo]
@@ -95,9 +118,11 @@ def _pause_token(wmap: WordMap, lo: int, hi: int) -> int | None:
     return None
 
 
-def _word_frames(wmap: WordMap, ids: Sequence[int], durations: Sequence[float]) -> tuple[list[float], list[float]]:
-    """Each word's first and last frame (its characters that are not separators) under ``durations``."""
-    times, _ = character_frames(wmap, ids, durations)
+def _word_frames(wmap: WordMap, ids: Sequence[int], durations: Sequence[float],
+                 offset: float = 0.0) -> tuple[list[float], list[float]]:
+    """Each word's first and last frame (its characters that are not separators) under ``durations``, ``offset``
+    frames of the layout before the first generated one."""
+    times, _ = character_frames(wmap, ids, durations, offset)
     starts, ends = [], []
     for a, b in wmap.spans:
         chars = [i for i in range(a, b) if not is_separator(wmap.surface[i])] or list(range(a, max(b, a + 1)))

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from duet.sampling import SamplingParams
 from duet.tts.pace import Pace
-from duet.tts.sampling import SamplingParams
 
 
 @dataclass(frozen=True, eq=False)

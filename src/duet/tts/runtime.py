@@ -47,9 +47,9 @@ import torch
 from duet.codecs.base import Codec
 from duet.errors import InvalidRequest
 from duet.finish import BOUND, STOP
+from duet.sampling import SamplingParams
 from duet.text.tokens import EMOTIONS
 from duet.tts.request import SynthesisRequest
-from duet.tts.sampling import SamplingParams
 from duet.tts.timestamps import TextLayout
 
 

@@ -23,8 +23,10 @@ Expressive control (Luna): ``emotion`` (one of ``duet.text.tokens.EMOTIONS``) go
 inline event tags in the text (``"Well [laugh] hello"``) stay in their piece; a family without emotion control
 refuses it through the shared check, before any decoding.
 
-``chunks`` yields each piece's codes and audio as the codec's stream decoder gives them (every ``chunk_frames``
-frames or more: a Gepard frame, a Luna Realtime block, a Luna sentence); ``stream`` yields their audio with the gaps
+``chunks`` yields each piece's codes and audio as the codec's stream decoder gives them: a family that makes one
+frame per step (Gepard) pushes ``chunk_frames`` frames, then twice as many each time up to ``max_chunk_frames`` (as
+the serving engine grows its chunks); one that makes a block of frames at once (a Luna Realtime block, a Luna
+sentence) pushes each block as it comes; ``stream`` yields their audio with the gaps
 as chunks of their own; ``speak`` joins the same chunks, so ``speak(text).audio`` is the concatenation of
 ``stream(text)`` exactly.
 
@@ -38,6 +40,21 @@ begins sizes the gap between them (the pause from the last word of one to the fi
 The parts of ``speak`` are public for callers that choose between makings of a piece (``duet.tts.verify``):
 :meth:`piece_chunks` makes one piece, :meth:`assemble` joins the chunks of every piece into the utterance
 (:meth:`join_pieces`: gaps, pauses and words).
+
+Retiming a piece's audio after generation (timings move with it, so they stay on the samples they were on):
+
+- speed: the shipped models, trained at their natural pace, run ahead of a layout much slower than it (they leave
+  the slack as silence at pauses and at the end), so a speed outside ``followed_speeds`` is made at the nearest speed
+  inside and the audio time-stretched by the rest at its pitch (``duet.tts.wsola``, in the stream), the piece's words
+  scaled by the same factor;
+- an SSML break between two words: the layout puts the pause there, and the quiet stretch the model made is then
+  fitted to the break's length in its middle (``duet.tts.pause_fit``); such a piece is held until it ends (the
+  pause is measured against the piece's loudest frame) and comes as one chunk;
+- an SSML break between two pieces: the silence between them is sized from the quiet measured at the end of the
+  one (``Chunk.trail``) and at the start of the other (``Chunk.lead``; that piece is held until it ends), and a
+  break after the text from the quiet at the end of the last.
+
+``SpeakConfig.fit_pauses`` off leaves pauses as the layout puts them, sized from word to word.
 
 Word timings (``duet.tts.timestamps``), for a model whose frames follow a layout of its text (``has_timings``): each
 piece's words come from the layout its runtime hands out with every step and the frames the piece produced, and are
@@ -64,17 +81,32 @@ from duet.limits import SEED_LIMIT
 from duet.text.sentences import split_sentences
 from duet.text.ssml import read_text
 from duet.tts.pace import Pace, PacedPiece, gap_seconds, paced_pieces
+from duet.tts.pace_layout import break_gaps
+from duet.tts.pause_fit import FittedPause, fit_pauses, quiet_edges, retimed
 from duet.tts.request import SynthesisRequest, VoicePrompt
 from duet.tts.runtime import FamilyRuntime, check_common, settle
 from duet.tts.speech import Speech, silence
-from duet.tts.timestamps import TextLayout, WordTiming, piece_words, shifted
+from duet.tts.timestamps import TextLayout, WordTiming, clipped, piece_words, scaled, shifted
+from duet.tts.wsola import Wsola
 
 
 @dataclass(frozen=True)
 class SpeakConfig:
     max_chars: int = 200  # longest piece of text per generation
     gap_seconds: float = 0.15  # silence between pieces
-    chunk_frames: int = 4  # frames gathered before a push into the codec's stream decoder
+    # Frames gathered before a push into the codec's stream decoder: ``chunk_frames`` for a piece's first audio,
+    # then twice the last chunk's, up to ``max_chunk_frames``. A decoder with context (duet-fsq: 19 frames either
+    # side) decodes that context again with every push: gepard-tiny's 70 frames of a sentence cost 266 ms of decoding
+    # in chunks of 4 frames, 83 ms in chunks growing from 4 to 32, 50 ms in one push (benchmarks/single_stream.py).
+    # A chunk is made far faster than it plays (RTF well under 0.5), so the larger later chunks do not run dry.
+    chunk_frames: int = 4
+    max_chunk_frames: int = 32
+    # the speeds a model's frames follow when its layout is scaled (measured on the shipped tiny models,
+    # benchmarks/results/timestamps.md); a speed outside is made at the nearest of these and time-stretched
+    followed_speeds: tuple[float, float] = (0.75, 4.0)
+    # SSML pauses fitted to their length in the audio (duet.tts.pause_fit): a break between words measured and
+    # fitted, one between pieces sized from the quiet measured at their edges; else both as the layout puts them
+    fit_pauses: bool = True
 
 
 @dataclass(frozen=True)
@@ -82,13 +114,16 @@ class Chunk:
     """Audio of one piece as it is decoded."""
 
     piece: int  # which piece of the text (0, 1, ...)
-    codes: torch.Tensor  # (K, t) the frames this chunk decodes
+    codes: torch.Tensor  # (K, t) the frames behind this chunk (its audio: them decoded, then any retiming)
     audio: torch.Tensor  # (s,) float32; the piece's last chunk includes the decoder's flush
     end: str | None  # None while the piece goes on; "stop" or "bound" on its last chunk (duet.finish)
     # on the last chunk of a timed piece: its words, in seconds from the piece's start (duet.tts.timestamps)
     words: tuple[WordTiming, ...] | None = None
-    # on the first chunk of a piece with an SSML pause before it: seconds of its audio before its first word
+    # on the first chunk of a piece with an SSML pause before it: seconds of its audio before its first word (with
+    # fitted pauses: of quiet at its start, measured; the piece comes whole)
     lead: float | None = None
+    # on the last chunk, with fitted pauses: seconds of quiet at the piece's end, measured (duet.tts.pause_fit)
+    trail: float | None = None
 
 
 class Speaker:
@@ -275,24 +310,89 @@ class Speaker:
                 trail = (samples - start) / rate - (chunk.words[-1].end if chunk.words else 0.0)
                 if words is not None:
                     words.extend(shifted(chunk.words, start / rate))
+            if chunk.trail is not None:
+                trail = chunk.trail
             pace = requests[chunk.piece][0].pace
             if chunk.end is not None and pace is not None and pace.after:
                 after = silence(gap_seconds(pace.after, trail, 0.0), rate)
                 samples += len(after)
                 yield after
 
+    def made_request(self, request: SynthesisRequest) -> tuple[SynthesisRequest, float]:
+        """The request the model makes for ``request`` and the factor its audio is then stretched by: a speed
+        outside ``followed_speeds`` is made at the nearest one inside (its SSML breaks laid out that much shorter
+        or longer, so that they last their length once stretched); else ``request`` itself and 1."""
+        lo, hi = self.config.followed_speeds
+        speed = min(max(request.speed, lo), hi)
+        if speed == request.speed:
+            return request, 1.0
+        factor = speed / request.speed  # > 1: the audio made is stretched longer
+        pace = request.pace
+        if pace is not None and pace.breaks:
+            pace = replace(pace, breaks=tuple((offset, seconds / factor) for offset, seconds in pace.breaks))
+        return replace(request, speed=speed, pace=pace), factor
+
     def piece_chunks(self, index: int, request: SynthesisRequest, seed: int, timed: bool = False) -> Iterator[Chunk]:
         """One piece (``index`` of the text): prefill, then steps until ``settle`` ends it; frames go through the
-        stream decoder. With ``timed``, its last chunk carries its words, read from the layout its steps hand
-        out; with an SSML pause before it, its first chunk carries its lead."""
+        stream decoder, then the retiming (module docstring). With ``timed``, its last chunk carries its words, read
+        from the layout its steps hand out; with an SSML pause before it, its first chunk carries its lead."""
+        made, factor = self.made_request(request)
+        stretcher = Wsola(factor, self.sample_rate) if factor != 1.0 else None
+        pace = request.pace
+        measure = self.config.fit_pauses  # pauses sized from the quiet measured in the audio
+        fit = measure and self.has_timings and pace is not None and any(offset > 0 for offset, _ in pace.breaks)
+        lead = pace is not None and pace.before > 0
+        hold = fit or (measure and lead)  # the whole piece is measured before any of it goes out
+        made_chunks: list[tuple[torch.Tensor, np.ndarray]] = []  # the piece's chunks so far (after stretching)
+        frame_rate = self.codec.frame_rate
+        for codes, audio, end, layout, produced in self._decoded(made, seed):
+            if stretcher is not None:
+                audio = np.concatenate([stretcher.push(audio)] + ([stretcher.flush()] if end is not None else []))
+            if measure:
+                made_chunks.append((codes, audio))
+            if hold:
+                if end is None:
+                    continue
+                codes = torch.cat([c for c, _ in made_chunks], dim=-1)
+                audio = np.concatenate([a for _, a in made_chunks])
+            fits: list[FittedPause] = []
+            if fit and layout is not None:
+                gaps = [(a * factor, b * factor, s) for a, b, s in break_gaps(layout, pace, frame_rate)]
+                audio, fits = fit_pauses(audio, self.sample_rate, gaps)
+            words, first, trail = None, None, None
+            if end is not None:
+                whole = audio if hold else np.concatenate([a for _, a in made_chunks]) if measure else None
+                edges = quiet_edges(whole, self.sample_rate) if whole is not None else None
+                trail = edges[1] if edges is not None else None
+                if timed and layout is not None:
+                    seconds = (len(whole) if whole is not None else produced * self.codec.samples_per_frame
+                               * factor) / self.sample_rate
+                    words = clipped(scaled(piece_words(layout, produced, frame_rate), factor), seconds)
+                    words = retimed(words, fits, seconds) if fits else words
+            if lead:
+                lead = False
+                if hold:
+                    first = quiet_edges(audio, self.sample_rate)[0]
+                else:
+                    whole_words = scaled(piece_words(layout, math.inf, frame_rate), factor) if layout else ()
+                    first = whole_words[0].start if whole_words else 0.0
+            yield Chunk(index, codes, torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)), end, words,
+                        first, trail)
+            if end is not None:
+                return
+
+    def _decoded(self, request: SynthesisRequest,
+                 seed: int) -> Iterator[tuple[torch.Tensor, np.ndarray, str | None, TextLayout | None, int]]:
+        """One piece made and decoded: (codes (K, t), audio (s,), end, the layout so far, frames produced so far)
+        in growing chunks (``SpeakConfig.chunk_frames``) and at its end."""
         runtime, params = self.runtime, request.params
         bound = params.max_frames
         assert bound is not None  # requests() sets it
         decoder = self.codec.stream_decoder()
         state = runtime.prefill([request], [seed])[0]
         produced, pending = 0, []
+        chunk = self.config.chunk_frames
         layout: TextLayout | None = None
-        lead = request.pace is not None and request.pace.before > 0
         try:
             while True:
                 out = runtime.step([state])[0]
@@ -303,23 +403,17 @@ class Speaker:
                 produced += codes.shape[-1]
                 if codes.shape[-1]:
                     pending.append(codes)
-                if end is None and sum(c.shape[-1] for c in pending) < self.config.chunk_frames:
-                    continue
+                if end is None and codes.shape[-1] < 2 and sum(c.shape[-1] for c in pending) < chunk:
+                    continue  # frame by frame: gather a chunk (a block of several frames goes as it comes)
                 codes = torch.cat(pending, dim=-1) if pending else out.codes[..., :0]  # (K, t)
                 pending = []
+                chunk = min(2 * chunk, max(self.config.max_chunk_frames, self.config.chunk_frames))
                 with torch.no_grad():
                     parts = [decoder.push(codes[None])[0]] if codes.shape[-1] else []  # (s,)
                     if end is not None:
                         parts.append(decoder.flush()[0])
-                audio = torch.cat(parts).float().cpu() if parts else torch.zeros(0)
-                words, first = None, None
-                if end is not None and timed and layout is not None:
-                    words = piece_words(layout, produced, self.codec.frame_rate)
-                if lead:
-                    lead = False
-                    whole = piece_words(layout, math.inf, self.codec.frame_rate) if layout is not None else ()
-                    first = whole[0].start if whole else 0.0
-                yield Chunk(index, codes, audio, end, words, first)
+                audio = torch.cat(parts).float().cpu().numpy() if parts else np.zeros(0, np.float32)
+                yield codes, audio, end, layout, produced
                 if end is not None:
                     return
         finally:

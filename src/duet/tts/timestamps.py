@@ -26,7 +26,8 @@ order) and cuts it into words and phones (``duet.tts.word_map``):
   Realtime's end head) leaves the words it did not reach at the end of its audio, with no length.
 
 Speed needs no correction here: it scales the durations the model lays out (and so its frames) before generation.
-Sentence joins are the Speaker's (``duet.tts.speaker``): it shifts each piece's words by where its audio starts,
+A speed slower or faster than a model follows is made at the nearest one it follows and the audio time-stretched by
+the rest (``duet.tts.speaker``): the words are then :func:`scaled` by the same factor. Sentence joins are the Speaker's (``duet.tts.speaker``): it shifts each piece's words by where its audio starts,
 after the gaps it inserts.
 
 Shape legend: S wrapped text tokens, W words.
@@ -83,6 +84,16 @@ def shifted(words: Sequence[WordTiming], seconds: float) -> tuple[WordTiming, ..
         return tuple(words)
     return tuple(replace(w, start=w.start + seconds, end=w.end + seconds,
                          phones=tuple(replace(p, start=p.start + seconds, end=p.end + seconds) for p in w.phones))
+                 for w in words)
+
+
+def scaled(words: Sequence[WordTiming], factor: float) -> tuple[WordTiming, ...]:
+    """``words`` with every time multiplied by ``factor`` (a piece's audio time-stretched that many times,
+    ``duet.tts.wsola``)."""
+    if factor == 1.0:
+        return tuple(words)
+    return tuple(replace(w, start=w.start * factor, end=w.end * factor,
+                         phones=tuple(replace(p, start=p.start * factor, end=p.end * factor) for p in w.phones))
                  for w in words)
 
 

@@ -1,7 +1,8 @@
 """Verified speech: every piece heard back by a speech recogniser and made again, with other seeds, while it says
 something else (``duet speak --verify``, the speech API's ``verify``).
 
-Each piece is made as usual, then scored by a :class:`SpeechScorer` (word error rate against the piece's text).
+Each piece is made as usual, then scored by a ``duet.metrics.clip.ClipScoring`` (word error rate against the piece's
+text).
 A piece whose WER is above ``max_wer`` is made again, up to ``tries`` makings in all, and the best is kept (the
 lowest WER; the earliest of equals), so verification never makes a piece worse than its first making. Try ``t``
 of a piece seeded ``s`` samples with seed ``s + t * SEED_STRIDE``; a model that decodes greedily (temperature 0,
@@ -11,35 +12,25 @@ truncated sampling, ``duet.gepard.generate.SPEAK_SAMPLING``). Off by default: ev
 about a tenth of the piece's own length), and every retry one more making and transcription
 (``benchmarks/results/timestamps.md``).
 
-The scorer is the caller's: Whisper lives in ``duet.eval`` (``duet.eval.clip_scorer.ClipScorer`` is one), above
-this package, so the command line and the server hand it in.
+The scorer is the caller's (``duet.metrics.clip.ClipScorer`` is one): the command line and the server hand it in,
+so that nothing loads Whisper until verification is asked for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator, Protocol, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from duet.errors import DuetError
 from duet.limits import SEED_LIMIT
+from duet.metrics.clip import ClipScore, ClipScoring
 from duet.tts.request import SynthesisRequest
 from duet.tts.speaker import Chunk, Speaker
 from duet.tts.speech import Speech
 
 SEED_STRIDE = 1_000_003  # a retry's seed offset: far from the next pieces' seeds (seed + i)
-
-
-class Heard(Protocol):
-    wer: float  # word error rate against the text (0 = every word heard)
-    transcript: str
-
-
-class SpeechScorer(Protocol):
-    def score(self, audio: np.ndarray, sample_rate: int, text: str) -> Heard:
-        """Mono audio (S,) that should say ``text`` -> what was heard and its WER."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -92,11 +83,11 @@ class BestOf:
     text: str
     config: VerifyConfig
     tries: int = 0
-    best: Heard | None = None
+    best: ClipScore | None = None
     kept: int = 0
     first_wer: float = 0.0
 
-    def offer(self, heard: Heard) -> bool:
+    def offer(self, heard: ClipScore) -> bool:
         """Score one making (in order); -> whether it is the best so far (keep it)."""
         if self.tries == 0:
             self.first_wer = heard.wer
@@ -127,7 +118,7 @@ def summary(scores: Sequence[PieceScore]) -> str:
             f"{before:.3f} -> {after:.3f}")
 
 
-def verified_speech(speaker: Speaker, text: str, scorer: SpeechScorer, config: VerifyConfig = VerifyConfig(),
+def verified_speech(speaker: Speaker, text: str, scorer: ClipScoring, config: VerifyConfig = VerifyConfig(),
                     **options) -> tuple[Speech, list[PieceScore]]:
     """``speaker.speak(text, **options)`` with every piece verified (module docstring) -> the speech of the kept
     makings and each piece's score."""

@@ -27,7 +27,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from duet.data.timing import STRESS, align_words, is_separator
-from duet.text.phonemes import phoneme_tokenizer_class, phonemize_many
+from duet.text.phonemes import phoneme_voice, phonemize_many
 from duet.text.prompts import prepare_input
 from duet.text.tags import canonical_tags, spoken_words
 from duet.text.tokens import SERVICE_TOKEN_RE
@@ -70,9 +70,10 @@ def word_map(text: str, tokenizer: Any, language: str = "en") -> WordMap | None:
         return None
     prepared = prepare_input(text, language)
     spoken = spoken_words(without_tags(prepared))
-    phonemes = isinstance(tokenizer, phoneme_tokenizer_class())
-    if phonemes:
-        surface, *readings = phonemize_many([prepared, *spoken], tokenizer.voice)
+    voice = phoneme_voice(tokenizer)
+    phonemes = voice is not None
+    if voice is not None:
+        surface, *readings = phonemize_many([prepared, *spoken], voice)
     else:
         surface, readings = prepared, spoken
     encoding = backend.encode(surface, add_special_tokens=False)

@@ -58,7 +58,7 @@ def asr_seconds_per_audio_second(manifest: Path, language: str, asr_model: str |
 
     from duet.audio import load_audio
     from duet.data.manifest import audio_path, read_manifest
-    from duet.eval.asr import ASRConfig, Transcriber
+    from duet.metrics.asr import ASRConfig, Transcriber
 
     if asr_model is None and language != "en":
         return 0.0

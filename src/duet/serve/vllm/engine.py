@@ -15,7 +15,8 @@ a stop decision exactly at the bound reads as "stop", as in ``duet.gepard.genera
 into (C, T) channel codes from the frame bank, checking each slot's stamp.
 
 A model with aligned text input (``duet.gepard.aligned``) runs its duration predictor and ``AlignedInput`` here, in
-the client, once per request: the aligned vector of the SOS position joins the prompt embeddings, and those of
+the client, once per request (``duet.gepard.decode``: Gepard's one input layout, as the built-in runtime lays it
+out): the aligned vector of the SOS position joins the prompt embeddings, and those of
 positions 1 .. bound go into the request's table (``frames.AlignedTables``), which the model inside vLLM adds to
 each fed frame. The stock backbone inside vLLM is unchanged.
 
@@ -43,12 +44,13 @@ from typing import Any, Sequence
 import torch
 
 from duet.errors import DuetError, MissingDependency
+from duet.gepard.decode import AlignedLayout, prompt_inputs
+from duet.sampling import SamplingParams
 from duet.serve.errors import InvalidRequest
 from duet.serve.scheduler import SchedulerConfig
 from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, AlignedTables, FrameBank, create_bank_file
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import StepCost, StepOutput
-from duet.tts.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -158,12 +160,13 @@ class GepardVLLM:
 
     # --- requests -----------------------------------------------------------------------------------------------
 
-    def prompt_embeds(self, token_ids: Sequence[int], prefix: torch.Tensor | None = None) -> torch.Tensor:
-        """Wrapped text ids (S,) [+ speaker prefix (K, D)] -> prompt embeddings (K + S, D), as GepardModel embeds."""
-        x = self.text_embedding[torch.as_tensor(list(token_ids), dtype=torch.long)]  # (S, D)
-        if prefix is not None:
-            x = torch.cat([prefix.float(), x], dim=0)
-        return x.to(self.dtype)
+    def prompt_embeds(self, token_ids: Sequence[int], prefix: torch.Tensor | None = None,
+                      sos: torch.Tensor | None = None) -> torch.Tensor:
+        """Wrapped text ids (S,) [+ speaker prefix (K, D)] [+ the aligned input (1, D) of SOS] -> prompt embeddings
+        (K + S, D): Gepard's one prompt layout (``duet.gepard.decode.prompt_inputs``)."""
+        text = self.text_embedding[torch.as_tensor(list(token_ids), dtype=torch.long)][None]  # (1, S, D)
+        x = prompt_inputs(text, None if prefix is None else prefix.float()[None], None if sos is None else sos[None])
+        return x[0].to(self.dtype)
 
     @property
     def trained_codec(self) -> str:
@@ -205,11 +208,12 @@ class GepardVLLM:
         vparams = VSamplingParams(temperature=0.0, max_tokens=bound + 1, stop_token_ids=[STOP_ID], detokenize=False,
                                   extra_args={EXTRA_KEY: request_params(params, seed, key)})
         rid = uuid.uuid4().hex
-        embeds = self.prompt_embeds(token_ids, prefix)  # (K + S, D)
+        table = None
         if self.layout is not None:
-            assert self.tables is not None
             table = self.layout.table(self.text_embedding, token_ids, bound + 1, speed)  # (bound + 1, D)
-            embeds[-1] += table[0].to(embeds.dtype)  # SOS, the last position, predicts frame 0 (GepardModel.prefill)
+        embeds = self.prompt_embeds(token_ids, prefix, None if table is None else table[:1])  # (K + S, D): SOS's
+        if table is not None:  # row 0 rides in the prompt (SOS predicts frame 0); frame t reads row t + 1
+            assert self.tables is not None
             self.tables.write(key, table)
         try:
             self.engine.add_request(rid, {"prompt_embeds": embeds}, vparams)
@@ -280,45 +284,6 @@ class GepardVLLM:
         self.close()
 
 
-class AlignedLayout:
-    """An aligned model's text layout, run in the client: its duration predictor and ``AlignedInput``, loaded from
-    the export's ``duration.*`` and ``aligned.*`` tensors, computed exactly as ``GepardModel.prefill`` / ``step``."""
-
-    def __init__(self, config, state: dict[str, torch.Tensor]):
-        from duet.gepard.aligned import EOT_BACK, DurationHead
-        from duet.nn.aligned import AlignedInput
-
-        assert config.aligned is not None
-        self.aligned = AlignedInput(config.backbone.width, config.aligned.window, EOT_BACK)
-        self.duration = DurationHead(config.aligned.duration)
-        for name, module in (("aligned", self.aligned), ("duration", self.duration)):
-            module.load_state_dict({k.removeprefix(f"{name}."): v.float() for k, v in state.items()
-                                    if k.startswith(f"{name}.")})
-            module.eval()
-
-    @classmethod
-    def load(cls, config, tensors) -> "AlignedLayout":
-        """From an open safetensors file (``safe_open``)."""
-        names = [k for k in tensors.keys() if k.startswith(("aligned.", "duration."))]
-        return cls(config, {k: tensors.get_tensor(k) for k in names})
-
-    @torch.no_grad()
-    def durations(self, token_ids: Sequence[int], speed: float = 1.0) -> torch.Tensor:
-        """Wrapped ids (S,) -> predicted frames per token (1, S)."""
-        ids = torch.as_tensor([list(token_ids)], dtype=torch.long)
-        return self.duration.predict(ids, torch.tensor([ids.shape[1]]), speed)
-
-    @torch.no_grad()
-    def table(self, text_embedding: torch.Tensor, token_ids: Sequence[int], positions: int,
-              speed: float = 1.0) -> torch.Tensor:
-        """The aligned vectors (P, D) of audio positions 0 .. P - 1 (position 0 is SOS; frame t is fed at t + 1)."""
-        ids = torch.as_tensor([list(token_ids)], dtype=torch.long)
-        text = text_embedding[ids]  # (1, S, D)
-        lengths = torch.tensor([ids.shape[1]])
-        at = torch.arange(positions)[None]  # (1, P)
-        return self.aligned(text, lengths, self.durations(token_ids, speed), at)[0]
-
-
 @dataclass(eq=False)
 class _State:
     request: SynthesisRequest
@@ -334,13 +299,13 @@ class VLLMGepardRuntime:
 
     def __init__(self, vllm: GepardVLLM, codec, name: str | None = None, voices: tuple[str, ...] = ("default",)):
         from duet.codecs.fsq import FSQConfig, GroupFSQ
-        from duet.gepard.generate import SamplingConfig
         from duet.tts.gepard import GepardRuntimeConfig
         from duet.tts.runtime import FamilyTraits
 
         self.vllm, self.codec = vllm, codec
         self.name = name or vllm.files.source.name  # the model id clients send: the directory's name, as built-in
-        self.default_params = GepardRuntimeConfig().params  # the built-in engine's Gepard defaults
+        built_in = GepardRuntimeConfig()  # the built-in engine's Gepard defaults and frame bound
+        self.default_params = built_in.params
         no_speed = None if vllm.layout is not None else "it has no duration predictor (no aligned text input)"
         self.traits = FamilyTraits(voices=voices, speed=no_speed, nucleus=True,
                                    clone_from_audio=vllm.voice is not None,
@@ -352,7 +317,7 @@ class VLLMGepardRuntime:
         if len(codec.codebook_sizes) != self.fsq.config.num_groups:
             raise DuetError(f"codec has {len(codec.codebook_sizes)} code streams, Gepard packs "
                             f"{self.fsq.config.num_groups} groups")
-        self._bound = SamplingConfig()
+        self._bound = built_in.bound
         self.max_frames = min(self._bound.max_frames, vllm.max_model_len - 4)
 
     def check(self, request: SynthesisRequest) -> None:
@@ -374,10 +339,9 @@ class VLLMGepardRuntime:
                                  param="input", code="context_length_exceeded")
 
     def frame_bound(self, request: SynthesisRequest) -> int:
-        from duet.gepard.generate import frame_bound
         from duet.gepard.model import NUM_SERVICE_TOKENS
 
-        return min(self.max_frames, frame_bound(len(self.vllm.encode(request)) - NUM_SERVICE_TOKENS, self._bound))
+        return min(self.max_frames, self._bound.frames(len(self.vllm.encode(request)) - NUM_SERVICE_TOKENS))
 
     def prompt_positions(self, request: SynthesisRequest) -> int:
         return self.vllm.num_prefix + len(self.vllm.encode(request))  # [prefix | text ending in SOS]

@@ -26,9 +26,9 @@ NOT_SAMPLING = ("text", "bound", "speed", "reference")  # the request fields tha
 def main(argv: list[str] | None = None) -> int:
     from duet.audio import load_audio
     from duet.codecs import load as load_codec
+    from duet.sampling import SamplingParams
     from duet.serve.vllm.engine import GepardVLLM, VLLMConfig
     from duet.tts.request import SynthesisRequest
-    from duet.tts.sampling import SamplingParams
 
     p = argparse.ArgumentParser(description="Gepard frames through vLLM, as JSON")
     p.add_argument("model", help="a shipped model name, a Gepard checkpoint directory or a vLLM export")

@@ -7,7 +7,7 @@ sampler, where it knows each row's request and sampling parameters (``update_sta
 
 1. stop: p = sigmoid(stop logit); above the request's ``stop_threshold`` the row emits ``STOP_ID`` (the frame that
    would come next is training's phantom frame, Gepard §2.5 / §3.3);
-2. otherwise sample the 32 channels with ``duet.tts.sampling.sample_requests`` (temperature, top-k, top-p; Gumbel
+2. otherwise sample the 32 channels with ``duet.gepard.sampling.sample_requests`` (temperature, top-k, top-p; Gumbel
    noise from the request's own seeded generator, exactly as the built-in engine draws it, so a seed gives the same
    frames on both engines), write the frame into the frame bank and emit its slot id (``frames.py``);
 3. return one-hot logits, so vLLM's own sampler (run greedy) picks that id.
@@ -28,8 +28,9 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.interface import MoveDirectionality
 
 from duet.gepard.heads import pad_channels
+from duet.gepard.sampling import sample_requests
+from duet.sampling import SamplingParams
 from duet.serve.vllm.frames import EXTRA_KEY, STOP_ID, bank_for
-from duet.tts.sampling import SamplingParams, sample_requests
 
 
 @dataclass(eq=False)

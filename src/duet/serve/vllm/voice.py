@@ -2,12 +2,13 @@
 §2.6): K prefix vectors that sit before the text as prompt embeddings.
 
 The compressor is small (a 2-block Q-Former that runs once per request, never in the decode loop), so the client
-runs it, as it runs an aligned model's duration predictor (``engine.AlignedLayout``): :class:`VoicePrefix` loads the
-export's ``qformer.*`` tensors (they stay in ``model.safetensors``; vLLM's loader skips them) and computes exactly
-what ``GepardModel.voice_prefix`` computes: a reference clip is encoded by the codec and cut to the compressor's
-``max_reference_frames`` (``duet.gepard.voice.reference_codes``, the built-in runtime's own first half), then
-compressed to ``prefix_raw``; a request without a clip reads ``null_prefix``, as the built-in runtime's does. Inside
-vLLM the prefix is just K more prompt positions: the stock backbone is unchanged.
+runs it, as it runs an aligned model's duration predictor (``duet.gepard.decode.AlignedLayout``):
+:class:`VoicePrefix` loads the export's ``qformer.*`` tensors (they stay in ``model.safetensors``; vLLM's loader
+skips them) and computes exactly what ``GepardModel.voice_prefix`` computes: a reference clip is encoded by the
+codec and cut to the compressor's ``max_reference_frames`` (``duet.gepard.voice.reference_codes``, the built-in
+runtime's own first half), then compressed to ``prefix_raw``; a request without a clip reads ``null_prefix``, as
+the built-in runtime's does. Inside vLLM the prefix is just K more prompt positions: the stock backbone is
+unchanged.
 
 Shape legend: C channels (32), R reference frames, K prefix vectors, D width, S samples.
 """

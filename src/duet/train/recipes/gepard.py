@@ -4,7 +4,7 @@
         --tokenizer train-bpe --out runs/gepard-tiny [--resume] [--steps N] [--batch-frames N] [--lr LR] \\
         [--bf16] [--accum N] [--minutes M]
     torchrun --nproc-per-node 2 -m duet.train.recipes.gepard gepard ...        # DDP (gloo on CPU, nccl on GPU)
-    duet train gepard-export runs/gepard-tiny --out checkpoints/gepard-tiny   # fp16 weights + config + tokenizer
+    duet train gepard-export runs/gepard-tiny --out checkpoints/gepard-tiny   # duet.train.recipes.gepard_export
 
 The pieces: ``duet.gepard.data`` (shards + manifest text -> length-bucketed ``GepardBatch``es, short-register
 repetition), ``duet.train.objectives.gepard`` (the model's loss, split LRs x0.2 / x0.5, effective ranks),
@@ -29,17 +29,14 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from duet.errors import DuetError
 from duet.gepard.alignment import GuidedAttentionConfig
-from duet.gepard.checkpoint import save_gepard
 from duet.gepard.config import GepardConfig, preset, with_aligned_input, with_voice_prefix
 from duet.gepard.data import GepardData, GepardDataConfig
-from duet.gepard.generate import SamplingConfig
 from duet.gepard.model import GepardModel
 from duet.train import recipe as driver
-from duet.train.flags import add_gepard_stages, run_export, run_train, stage_main
+from duet.train.flags import add_gepard_stages, run_train, stage_main
 from duet.train.loop import LoopConfig
 from duet.train.objectives.gepard import GepardPretrain
 from duet.train.runner import LoopResult
@@ -139,30 +136,12 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
                              progress=progress)
 
 
-def export_gepard(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-                  best: bool = True, sampling: dict[str, Any] | None = None) -> Path:
-    """A run's checkpoint -> the shipped format (``duet.gepard.checkpoint``: fp16 weights, config, tokenizer).
-
-    By default the best checkpoint by validation loss (``best/``), else the latest; ``checkpoint`` picks one.
-    Pretraining runs only: ``duet train gepard-export`` of a gepard-sft or gepard-dpo run goes to
-    ``duet.posttrain.gepard.export_gepard_post`` instead (``duet.posttrain.cli`` puts a handler in front of this
-    one that sends each run to its own export).
-    """
-    run = driver.load_run(run_dir, GepardTrainConfig, lambda cfg: GepardModel(cfg.model), "Gepard", checkpoint, best)
-    return save_gepard(run.module, run.tokenizer, out_dir, codec=run.codec, info=run.info, sampling=sampling)
-
-
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
 def train_stage(args: argparse.Namespace) -> int:
     """``duet train gepard``'s action (its flags: ``duet.train.flags.add_gepard_stages``)."""
     return run_train(train_gepard, config_from_args, True, args)
-
-
-def export_stage(args: argparse.Namespace) -> int:
-    """``duet train gepard-export``'s action."""
-    return run_export(export_gepard, export_sampling, args)
 
 
 def config_from_args(args: argparse.Namespace) -> GepardTrainConfig:
@@ -201,19 +180,10 @@ def _with_voice_knob(cfg: GepardTrainConfig, flag: str, **knob: float) -> Gepard
     return replace(cfg, model=replace(cfg.model, voice=voice))
 
 
-def export_sampling(args: argparse.Namespace) -> dict[str, Any]:
-    """``gepard-export``'s own flags -> ``export_gepard``'s ``sampling``: the defaults a shipped model carries (also
-    read by the post-training export, ``duet.posttrain.cli``)."""
-    if args.temperature is not None:
-        SamplingConfig(temperature=args.temperature)  # the same checks as at inference: one clear line if bad
-    if args.top_k is not None:
-        SamplingConfig(top_k=args.top_k)
-    return {"sampling": {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k)) if v is not None}}
-
-
 def add_train_gepard_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Adds ``gepard`` and ``gepard-export`` to the ``duet train`` sub-commands, bound to this module."""
-    add_gepard_stages(subparsers, train_stage, export_stage)
+    """Adds ``gepard`` to the ``duet train`` sub-commands, bound to this module (its export, for runs of every
+    Gepard stage, is ``duet.train.recipes.gepard_export``)."""
+    add_gepard_stages(subparsers, train_stage)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 
 from duet.audio import check_audio, load_audio, resample, to_mono
 from duet.errors import DuetError
-from duet.eval.speaker import cosine_similarity
+from duet.metrics.speaker import cosine_similarity
 
 WAVLM_SAMPLE_RATE = 16_000
 

@@ -1,18 +1,19 @@
 """Prompt-local ordinal rewards for RL post-training (Luna report §4.2): content first, speaker similarity breaks ties.
 
 Each candidate of a prompt's group has a word error rate (Whisper against the target text) and, when the prompt
-carries reference audio, a speaker similarity to it. The report turns the two into a lexicographic, group-local
-ordering (its Psi_g): a lower WER wins; among candidates of equal WER the higher SIM wins. Only the order inside the
-group matters, so the reward is insensitive to how hard a prompt is or how a metric's scale drifts between prompts.
+carries reference audio, a speaker similarity to it (its ``duet.metrics.clip.ClipScore``). The report turns the two
+into a lexicographic, group-local ordering (its Psi_g): a lower WER wins; among candidates of equal WER the higher
+SIM wins. Only the order inside the group matters, so the reward is insensitive to how hard a prompt is or how a
+metric's scale drifts between prompts.
 
 The report gives the ordering, not the number it becomes. Duet's reading: candidate i's reward is its net wins
 
     R_i = #{j : i beats j} - #{j : j beats i}
 
 (Copeland's score). For a strict order it is an affine function of the rank (2 rank - (G - 1)), so after the group
-standardisation of ``duet.luna.grpo.group_advantages`` it gives exactly the rank's advantages; tied candidates get
-equal rewards, and a group in which every candidate ties gets equal rewards everywhere, i.e. no preference signal
-(skipped by the update).
+standardisation of ``duet.train.objectives.luna_grpo.group_advantages`` it gives exactly the rank's advantages; tied
+candidates get equal rewards, and a group in which every candidate ties gets equal rewards everywhere, i.e. no
+preference signal (skipped by the update).
 
 "Equal WER" is exact by default. ``wer_tie`` > 0 treats WERs within that distance as equal (the report speaks of
 refining among candidates of "similar" linguistic quality); net wins stay well defined even when such ties are not
@@ -24,18 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from duet.errors import DuetError
+from duet.metrics.clip import ClipScore
 
 
-@dataclass(frozen=True)
-class CandidateScore:
-    wer: float  # word error rate against the target text (0 = perfect; may exceed 1)
-    sim: float | None = None  # speaker similarity to the prompt's reference audio; None when there is none
-
-
-def beats(a: CandidateScore, b: CandidateScore, wer_tie: float = 0.0) -> bool:
+def beats(a: ClipScore, b: ClipScore, wer_tie: float = 0.0) -> bool:
     """Whether ``a`` is preferred to ``b``: lower WER (by more than ``wer_tie``), else higher SIM."""
     if a.wer < b.wer - wer_tie:
         return True
@@ -46,7 +41,7 @@ def beats(a: CandidateScore, b: CandidateScore, wer_tie: float = 0.0) -> bool:
     return sa > sb
 
 
-def lexicographic_rewards(scores: Sequence[CandidateScore], wer_tie: float = 0.0) -> list[float]:
+def lexicographic_rewards(scores: Sequence[ClipScore], wer_tie: float = 0.0) -> list[float]:
     """One group's candidates -> their rewards R_i (net wins, module docstring)."""
     if wer_tie < 0:
         raise DuetError(f"wer_tie must be >= 0, got {wer_tie}")

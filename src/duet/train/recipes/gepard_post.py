@@ -5,7 +5,7 @@ a stage over the shared loop, warm-started from a shipped model (or an export of
         [--select ids.txt] --out runs/gepard-sft            # same loss, lower LR, selected data
     duet train gepard-dpo --init-from runs/gepard-sft/export [--manifest M | --texts prompts.txt] [--prompts 256]
         [--cfg-scale 2] [--rank 16] --out runs/gepard-dpo   # pairs, scoring, then DPO with LoRA
-    duet train gepard-export runs/gepard-dpo --out checkpoints/gepard-dpo   # adapters merged: a stock Gepard
+    duet train gepard-export runs/gepard-dpo --out checkpoints/gepard-dpo   # duet.train.recipes.gepard_export
 
 SFT (§4.3, past the end of our copy of the report; our reading): pretraining's objective (``GepardPretrain``: loss,
 split LRs) from the warm start, at a tenth of the preset's peak LR over a short schedule (2,000 steps, 100 warm-up),
@@ -17,15 +17,14 @@ DPO (DESIGN §A "CFG distilled by DPO"; §1.2, §1.4 item 3, §3.3), in order, r
 1. prompts: texts of a manifest split (the first ``--prompts`` in id-hash order, spread over speakers) or lines of a
    text file;
 2. pairs (``duet.train.gepard_pairs``): chosen = two-pass CFG, rejected = one pass, both at the model's served
-   sampling and one seed, decoded by its codec, scored (``duet.posttrain.scoring.ClipQuality``: ``duet eval``'s
+   sampling and one seed, decoded by its codec, scored (``duet.metrics.clip.ClipScorer``: ``duet eval``'s
    Whisper WER, and SIM when cloning), with the reference log-likelihoods, into ``RUN/pairs/``;
 3. DPO (``duet.train.objectives.gepard_dpo``) of LoRA adapters (``duet.nn.lora``) on the backbone's projections,
    everything else frozen, on the selected and weighted pairs (``duet.train.dpo_data``).
 
-``gepard-export`` of a DPO run merges the adapters (``merge_lora``) and writes a stock shipped Gepard with the
-starting model's default sampling; of an SFT run it writes the weights as they are. The command is the pretraining
-recipe's (``duet.train.recipes.gepard``, which exports pretraining runs only); ``duet.posttrain.cli`` runs
-:func:`export_stage` instead, whose :func:`export_gepard_run` sends a post-training run (:func:`post_stage`) here.
+``gepard-export`` (``duet.train.recipes.gepard_export``, one export for a Gepard run of any stage) merges a DPO
+run's adapters and writes a stock shipped Gepard with the starting model's default sampling; an SFT run's weights
+as they are.
 
 Cloning (``--clone``, a model with the voice compressor): each prompt clones the voice of another recording of its
 speaker (never its own), both sides decode with that prefix, and SIM joins WER in the pair's quality. The compressor
@@ -53,21 +52,19 @@ from duet.config_io import read_json
 from duet.data.manifest import audio_path, read_manifest
 from duet.data.utterances import hash_order, select_utterances
 from duet.errors import DuetError
-from duet.eval.clip_scorer import ClipScoreConfig
-from duet.gepard.checkpoint import load_gepard, save_gepard
+from duet.gepard.checkpoint import load_gepard
 from duet.gepard.config import PRESETS, GepardConfig
 from duet.gepard.data import GepardData, GepardDataConfig
 from duet.gepard.generate import SPEAK_SAMPLING
 from duet.gepard.model import GepardModel
 from duet.gepard.trajectory import GepardTrajectories
-from duet.nn.lora import LoRAConfig, apply_lora, merge_lora
-from duet.posttrain.flags import add_gepard_post_stages
-from duet.posttrain.scoring import ClipQuality
+from duet.metrics.clip import ClipScoreConfig, ClipScorer, ClipScoring
+from duet.nn.lora import LoRAConfig, apply_lora
 from duet.text.tokens import service_ids
 from duet.train import recipe as driver
 from duet.train.distributed import setup_distributed
 from duet.train.dpo_data import DPOData, DPODataConfig
-from duet.train.flags import run_export, run_train, stage_main, summary_line
+from duet.train.flags import add_gepard_post_stages, run_train, stage_main, summary_line
 from duet.train.gepard_pairs import (
     PairPrompt,
     PairsConfig,
@@ -80,8 +77,6 @@ from duet.train.gepard_pairs import (
 from duet.train.loop import LoopConfig, train
 from duet.train.objectives.gepard import GepardPretrain
 from duet.train.objectives.gepard_dpo import DPOConfig, GepardDPO
-from duet.train.quality import QualityScorer
-from duet.train.recipes.gepard import export_gepard, export_sampling
 from duet.train.recipes.gepard import recipe as pretrain_recipe
 from duet.train.runner import CONFIG, LoopResult, resume_point, write_run_config
 
@@ -303,11 +298,12 @@ def build_policy(cfg: GepardDPOConfig, base: GepardModel | None = None) -> Gepar
 
 def train_gepard_dpo(cfg: GepardDPOConfig | None, run_dir: str | Path, *, resume: bool = False,
                      stop_at_step: int | None = None, max_minutes: float | None = None, threads: int | None = None,
-                     progress: bool = True, init_from: str | None = None, scorer: QualityScorer | None = None,
+                     progress: bool = True, init_from: str | None = None, scorer: ClipScoring | None = None,
                      voice_prefix: VoicePrefix | None = None) -> LoopResult:
     """Pairs (what is missing), then DPO (or its continuation) in ``run_dir``; ``cfg`` may be None on resume.
 
-    ``scorer`` defaults to Whisper and the speaker encoder (``ClipQuality(cfg.scoring)``); ``voice_prefix`` is needed for cloning prompts.
+    ``scorer`` defaults to Whisper and the speaker encoder (``ClipScorer(cfg.scoring)``); ``voice_prefix`` is needed
+    for cloning prompts.
     """
     from duet.codecs import load as load_codec
 
@@ -335,7 +331,7 @@ def train_gepard_dpo(cfg: GepardDPOConfig | None, run_dir: str | Path, *, resume
             if cfg.prompts.clone and voice_prefix is None:
                 voice_prefix = clip_prefix(shipped.model, codec)  # raises for a model without the compressor
             made = make_pairs(shipped.model, codec, shipped.tokenizer, dpo_prompts(cfg.prompts),
-                              PairStore(store_root, settings), scorer or ClipQuality(cfg.scoring), cfg.pairs,
+                              PairStore(store_root, settings), scorer or ClipScorer(cfg.scoring), cfg.pairs,
                               voice_prefix, progress=progress)
             print(f"pairs: {made} made in {store_root}", file=sys.stderr)
         if env.distributed:
@@ -357,59 +353,11 @@ def train_gepard_dpo(cfg: GepardDPOConfig | None, run_dir: str | Path, *, resume
             dist.destroy_process_group()
 
 
-# ---- export --------------------------------------------------------------------------------------------------------
-
-
-def post_stage(run_dir: str | Path) -> str | None:
-    """"sft" or "dpo" for a post-training run directory, None for any other."""
-    path = Path(run_dir) / CONFIG
-    if not path.is_file():
-        return None
-    keys = set(json.loads(path.read_text()))
-    if "lora" in keys and "pairs" in keys:
-        return "dpo"
-    if "selection" in keys and "init_from" in keys:
-        return "sft"
-    return None
-
-
-def export_gepard_post(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-                       best: bool = True, sampling: dict[str, Any] | None = None) -> Path:
-    """A post-training run -> a shipped Gepard (``duet.gepard.checkpoint``); a DPO run's adapters merged first.
-
-    ``sampling`` (the served defaults) falls back to the starting model's."""
-    stage = post_stage(run_dir)
-    if stage is None:
-        raise DuetError(f"{run_dir} is not a gepard-sft or gepard-dpo run")
-    if stage == "dpo":
-        run = driver.load_run(run_dir, GepardDPOConfig, build_policy, "Gepard DPO", checkpoint, best)
-        model = run.module.gepard
-        merged = merge_lora(model)
-        info = {**run.info, "stage": "dpo", "lora_layers_merged": merged, "pairs": run.state.get("pairs")}
-    else:
-        run = driver.load_run(run_dir, GepardSFTConfig, lambda c: GepardModel(c.model), "Gepard SFT", checkpoint,
-                              best)
-        model, info = run.module, {**run.info, "stage": "sft"}
-    info["init_from"] = run.config.init_from
-    if not sampling:
-        sampling = json.loads((Path(run.config.init_from) / "config.json").read_text()).get("sampling", {})
-    return save_gepard(model.eval(), run.tokenizer, out_dir, codec=run.codec, info=info, sampling=sampling)
-
-
-def export_gepard_run(run_dir: str | Path, out_dir: str | Path, checkpoint: str | Path | None = None,
-                      best: bool = True, sampling: dict[str, Any] | None = None) -> Path:
-    """``duet train gepard-export``'s export (``duet.posttrain.cli``): a gepard-sft or gepard-dpo run through
-    :func:`export_gepard_post`, any other through the pretraining recipe's ``export_gepard``."""
-    if post_stage(run_dir) is not None:
-        return export_gepard_post(run_dir, out_dir, checkpoint, best, sampling)
-    return export_gepard(run_dir, out_dir, checkpoint, best, sampling)
-
-
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
 def sft_stage(args: argparse.Namespace) -> int:
-    """``duet train gepard-sft``'s action (its flags: ``duet.posttrain.flags.add_gepard_post_stages``)."""
+    """``duet train gepard-sft``'s action (its flags: ``duet.train.flags.add_gepard_post_stages``)."""
     return run_train(train_gepard_sft, sft_config_from_args, False, args)
 
 
@@ -420,12 +368,6 @@ def dpo_stage(args: argparse.Namespace) -> int:
                               init_from=args.init_from)
     print(summary_line(result))
     return 0
-
-
-def export_stage(args: argparse.Namespace) -> int:
-    """``duet train gepard-export``'s action for every Gepard run (:func:`export_gepard_run`), with the pretraining
-    export's flags."""
-    return run_export(export_gepard_run, export_sampling, args)
 
 
 def sft_config_from_args(args: argparse.Namespace) -> GepardSFTConfig:
@@ -484,7 +426,7 @@ def add_train_gepard_post_parser(subparsers: argparse._SubParsersAction) -> None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m duet.posttrain.gepard gepard-sft|gepard-dpo ...`` (what torchrun launches)."""
+    """``python -m duet.train.recipes.gepard_post gepard-sft|gepard-dpo ...`` (what torchrun launches)."""
     return stage_main(add_train_gepard_post_parser, list(argv) if argv is not None else None)
 
 

@@ -7,15 +7,15 @@ luna-grpo``.
 
 The pieces: prompts are the texts of a manifest split (``--split``, training text by default; held-out ``--val-split``
 prompts for validation), each with its own recording as the reference voice of the SIM reward (``--no-sim``: WER
-alone); rollouts, rewards and the update are ``duet.train.grpo_loop`` (``duet.luna.trajectory``, ``duet.luna.rewards``,
-``duet.luna.grpo``); Whisper WER and speaker similarity are ``duet eval run``'s metrics (``duet.eval.clip_scorer``,
-read as candidate scores by ``duet.posttrain.scoring.ClipReward``); the run directory, checkpoints (safetensors +
-JSON), exact resume, metrics and plots are the shared skeleton's (``duet.train.runner``). Only the acoustic model
-trains; the duration predictor comes with it unchanged.
+alone); rollouts, rewards and the update are ``duet.train.grpo_loop`` (``duet.luna.trajectory``,
+``duet.train.rewards``, ``duet.train.objectives.luna_grpo``); Whisper WER and speaker similarity are ``duet eval
+run``'s metrics (``duet.metrics.clip.ClipScorer``); the run directory, checkpoints (safetensors + JSON), exact resume,
+metrics and plots are the shared skeleton's (``duet.train.runner``). Only the acoustic model trains; the duration
+predictor comes with it unchanged.
 
-Defaults where the report is silent (documented in ``duet.luna.grpo`` and ``duet.luna.rewards``): eps 0.2, no KL
-term (``--kl-coef`` adds one to the ``--init-from`` model as the frozen reference), one update per rollout
-(``--ppo-epochs``), exact WER ties, and the decoder's sampling for rollouts: 16 steps, temperature 1, no top-k, CFG 2
+Defaults where the report is silent (documented in ``duet.train.objectives.luna_grpo`` and ``duet.train.rewards``):
+eps 0.2, no KL term (``--kl-coef`` adds one to the ``--init-from`` model as the frozen reference), one update per
+rollout (``--ppo-epochs``), exact WER ties, and the decoder's sampling for rollouts: 16 steps, temperature 1, no top-k, CFG 2
 (the report's RL decoding settings are not given; sampling at temperature 1 keeps the candidates of a group apart).
 
 Run directory (``--out``): ``config.json`` (:class:`LunaGRPOConfig`, with the model's shape copied from the
@@ -41,17 +41,16 @@ import torch
 
 from duet.command import comma_list
 from duet.errors import DuetError
-from duet.eval.clip_scorer import ClipScoreConfig
 from duet.luna.bundle import LunaBundle
 from duet.luna.config import LunaConfig
 from duet.luna.decode import DecodeConfig
 from duet.luna.duration import DurationConfig
 from duet.luna.model import LunaModel
-from duet.posttrain.flags import LUNA_GRPO, add_luna_grpo_stages
+from duet.metrics.clip import ClipScoreConfig, ClipScorer, ClipScoring
 from duet.train import recipe as driver
 from duet.train.distributed import single_process
-from duet.train.flags import run_export, stage_main, summary_line
-from duet.train.grpo_loop import GRPOPrompt, GRPOStepConfig, GRPOTrainer, Scorer
+from duet.train.flags import LUNA_GRPO, add_luna_grpo_stages, run_export, stage_main, summary_line
+from duet.train.grpo_loop import GRPOPrompt, GRPOStepConfig, GRPOTrainer
 from duet.train.loop import LoopConfig
 from duet.train.runner import CONFIG, Cadence, LoopResult, read_run_config, resume_point, run_steps, write_run_config
 
@@ -89,7 +88,7 @@ def read_prompts(manifest: str | Path, split: str, selection: PromptSelection, l
     exists), in id-hash order, the first ``limit`` (0: all). Texts with no word left after WER normalisation are left out."""
     from duet.data.manifest import audio_path
     from duet.data.utterances import hash_order, select_utterances
-    from duet.eval.wer import normalize_text
+    from duet.metrics.wer import normalize_text
 
     prompts = []
     for utt in hash_order(select_utterances(manifest, split, selection)):
@@ -122,11 +121,11 @@ def _merge_resume(saved: LunaGRPOConfig, cfg: LunaGRPOConfig | None) -> LunaGRPO
 
 def train_luna_grpo(cfg: LunaGRPOConfig | None, run_dir: str | Path, *, resume: bool = False,
                     stop_at_step: int | None = None, max_minutes: float | None = None, threads: int | None = None,
-                    progress: bool = True, scorer: Scorer | None = None) -> LoopResult:
+                    progress: bool = True, scorer: ClipScoring | None = None) -> LoopResult:
     """GRPO-train (or resume) the ``cfg.init_from`` Luna in ``run_dir``; ``cfg`` may be None on a resume.
 
-    ``scorer`` replaces the Whisper / speaker-similarity scorer (``duet.posttrain.scoring.ClipReward``), e.g. a fast
-    fake in tests: ``scorer(audio, sample_rate, text, reference) -> CandidateScore``.
+    ``scorer`` replaces the Whisper / speaker-similarity scorer (``duet.metrics.clip.ClipScorer``), e.g. a fast fake
+    in tests: ``scorer.score(audio, sample_rate, text, reference) -> ClipScore``.
     """
     from duet.codecs import load as load_codec
     from duet.luna.shipped import load_luna
@@ -173,9 +172,7 @@ def train_luna_grpo(cfg: LunaGRPOConfig | None, run_dir: str | Path, *, resume: 
     if cfg.prompts.val_split and cfg.prompts.val_items and cfg.loop.val_every:
         val_prompts = read_prompts(cfg.manifest, cfg.prompts.val_split, cfg.prompts, cfg.prompts.val_items)
     if scorer is None:
-        from duet.posttrain.scoring import ClipReward
-
-        scorer = ClipReward(cfg.rewards)
+        scorer = ClipScorer(cfg.rewards)
     trainer = GRPOTrainer(bundle, tokenizer, codec, scorer, prompts, cfg.decode, cfg.step, cfg.loop,
                           val_prompts=val_prompts, reference=reference)
     print(f"luna-grpo: {len(prompts)} training prompts ({cfg.prompts.split}), {len(val_prompts)} held-out "
@@ -248,7 +245,7 @@ def _overrides(cfg: LunaGRPOConfig, args: argparse.Namespace) -> LunaGRPOConfig:
 
 
 def train_stage(args: argparse.Namespace) -> int:
-    """``duet train luna-grpo``'s action (its flags: ``duet.posttrain.flags.add_luna_grpo_stages``)."""
+    """``duet train luna-grpo``'s action (its flags: ``duet.train.flags.add_luna_grpo_stages``)."""
     result = train_luna_grpo(config_from_args(args), args.out, resume=args.resume, stop_at_step=args.stop_at,
                              max_minutes=args.minutes, threads=args.threads, progress=not args.quiet)
     print(summary_line(result))
@@ -266,7 +263,7 @@ def add_train_luna_grpo_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m duet.posttrain.luna luna-grpo ...``."""
+    """``python -m duet.train.recipes.luna_grpo luna-grpo ...``."""
     return stage_main(add_train_luna_grpo_parser, argv)
 
 

@@ -12,7 +12,7 @@ decoder's settings). The update replays them under the current parameters theta:
     J = 1/|B| sum_{i in B} 1/n_i sum_j l_j                      per token, normalised per utterance by its n_i
 
 and minimises -J (+ an optional KL penalty, below). Rewards R are the prompt-local ordinal rewards of
-``duet.luna.rewards`` (WER first, speaker similarity breaks ties); a group whose candidates all tie has std 0 and is
+``duet.train.rewards`` (WER first, speaker similarity breaks ties); a group whose candidates all tie has std 0 and is
 skipped: its actions contribute nothing and it leaves |B| (:func:`group_advantages`).
 
 Where the report is silent, duet reads it so:

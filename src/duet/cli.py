@@ -21,10 +21,11 @@ _AREAS = {"speak": "duet.tts.cli", "edit": "duet.tts.edit_cli", "data": "duet.da
 
 def _whisper_scorer():
     """What ``duet speak --verify`` and the speech API's ``verify`` hear speech back with (``duet.tts.verify``),
-    handed to them by the command."""
-    from duet.metrics.clip import ClipScorer
+    handed to them by the command: Whisper, its transcript read with Whisper's English normaliser, so a sentence is
+    not made again for a spelling ("you're" for "you are"; ``duet.metrics.wer``)."""
+    from duet.metrics.clip import ClipScoreConfig, ClipScorer
 
-    return ClipScorer()
+    return ClipScorer(ClipScoreConfig(normalizer="whisper"))
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

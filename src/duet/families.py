@@ -38,8 +38,9 @@ class Family:
     clone_from_prompt: bool
     how_it_ends: str  # why a length option cannot apply, for the refusal
     # torch threads ``duet speak`` runs it with (None: torch's default). Gepard's decode step is a few hundred small
-    # ops per frame: a second thread buys nothing and, on a busy machine, cost a one-sentence speak seconds of
-    # spin-waiting (benchmarks/results/single_stream.md); its frames are the same with one thread or two.
+    # ops per frame: a second thread buys nothing, and on 2 busy cores loading gepard-tiny and speaking "Hello there"
+    # took 3.5-6 s with two threads against 0.4-0.7 s with one. Its frames are the same with one thread or two
+    # (tests/gepard/test_golden_frames.py holds them; they were recorded with one and checked with two).
     speak_threads: int | None = None
 
     @property

@@ -73,3 +73,19 @@ def test_empty_reference_and_empty_set_are_user_errors():
     with pytest.raises(DuetError):
         aggregate([])
     assert word_error("two words", "").deletions == 2  # an empty transcript is legal: all deletions
+
+
+def test_whisper_normaliser_reads_spellings_of_the_same_words_alike():
+    pytest.importorskip("whisper_normalizer")
+    # each pair is one utterance written two ways: counted wrong by the default, right by Whisper's normaliser
+    for reference, heard in [("You are late.", "you're late"), ("The colour of honour.", "the color of honor"),
+                             ("He was twenty three.", "he was 23"), ("Mr. Smith is here.", "mister smith is here")]:
+        assert word_error(reference, heard).errors > 0
+        assert word_error(reference, heard, "whisper").errors == 0
+    assert word_error("the cat sat", "the cat sad", "whisper").errors == 1  # a wrong word stays wrong
+    assert normalize_text("Well [laughter] I never.", "whisper") == "well i never"
+
+
+def test_an_unknown_normaliser_is_an_error():
+    with pytest.raises(DuetError, match="normaliser"):
+        word_error("a", "a", "nope")

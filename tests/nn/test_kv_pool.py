@@ -17,7 +17,11 @@ CONFIG = BackboneConfig(num_layers=2, width=64, num_heads=4, num_kv_heads=2, hea
 @pytest.fixture(scope="module")
 def step():
     torch.manual_seed(0)
-    return Qwen3Weights(CONFIG).step()
+    weights = Qwen3Weights(CONFIG)  # uninitialised: a loader fills it; here random values
+    with torch.no_grad():
+        for p in weights.parameters():
+            p.normal_(1.0 if p.ndim == 1 else 0.0, 0.1)
+    return weights.step()
 
 
 def new_pool() -> KVPool:

@@ -15,6 +15,7 @@ from duet.serve.api import ServeConfig, create_app
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.mock import MockConfig, MockRuntime
 from duet.serve.scheduler import SchedulerConfig
+from duet.text.tokens import EMOTIONS, NONVERBALS
 from duet.tts.request import SynthesisRequest
 
 MOCK = MockConfig()
@@ -218,6 +219,20 @@ def test_models_health_voices(api):
     health = client.get("/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert [v["id"] for v in client.get("/v1/audio/voices").json()["data"]] == ["alloy", "echo"]
+
+
+def test_voices_list_the_emotions_and_tags_a_model_takes():
+    """What the web page's emotion selector and tag buttons read; a model without them lists none, and refuses an
+    emotion (instructions) that the other takes."""
+    for expressive in (True, False):
+        client, _, _ = client_for(MockConfig(expressive=expressive))
+        with client:
+            voices = client.get("/v1/audio/voices").json()
+            assert voices["emotions"] == (list(EMOTIONS) if expressive else [])
+            assert voices["tags"] == (list(NONVERBALS) if expressive else [])
+            r = speech(client, input="Well [laughter] hello", instructions="happy")
+            assert r.status_code == (200 if expressive else 400), r.text
+            assert expressive or r.json()["error"]["code"] == "emotion_unsupported"
 
 
 def test_metrics_count_requests_after_traffic(api):

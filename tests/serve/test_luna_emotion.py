@@ -14,7 +14,7 @@ from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_lu
 from duet.sampling import SamplingParams
 from duet.serve.api import create_app
 from duet.serve.engine import Engine
-from duet.text.tokens import EMOTIONS
+from duet.text.tokens import EMOTIONS, NONVERBALS
 from duet.tts import load_runtime
 from duet.tts.request import SynthesisRequest
 
@@ -50,6 +50,8 @@ def test_http_instructions_map_to_one_emotion_or_a_400(dirs):
     speaker = duet.load(dirs["luna"])
     body = {"model": "m", "input": TEXT, "seed": 9, "steps": 2, "response_format": "pcm"}
     with TestClient(create_app(Engine(load_runtime(str(dirs["luna"]), name="m")))) as client:
+        voices = client.get("/v1/audio/voices").json()  # what the web page offers
+        assert voices["emotions"] == list(EMOTIONS) and voices["tags"] == list(NONVERBALS)
         happy = _pcm(client.post("/v1/audio/speech", json={**body, "instructions": "speak happily"}))
         expected = speaker.speak(TEXT, seed=9, steps=2, emotion="happy").audio
         np.testing.assert_allclose(happy, expected, atol=1.5 / 32767)
@@ -71,6 +73,8 @@ def test_http_instructions_map_to_one_emotion_or_a_400(dirs):
 def test_gepard_answers_an_emotion_with_a_400(dirs):
     body = {"model": "m", "input": "Hi.", "seed": 1, "max_frames": 4, "stop_threshold": 0.999, "response_format": "pcm"}
     with TestClient(create_app(Engine(load_runtime(str(dirs["gepard"]), name="m")))) as client:
+        voices = client.get("/v1/audio/voices").json()
+        assert voices["emotions"] == [] and voices["tags"] == []
         r = client.post("/v1/audio/speech", json={**body, "instructions": "sound happy"})
         assert r.status_code == 400
         error = r.json()["error"]

@@ -5,8 +5,11 @@ offers a WAV. The test checks that audio arrived as it streamed (several chunks)
 exactly the samples the server sends for the same request outside the browser, and that an API error is shown.
 The mock clones from a clip, so the page offers a reference clip: an uploaded file (chosen through the file input
 as the file dialog would) or a recording from Chromium's fake microphone is sent as ``reference_audio``, a 16-bit
-mono WAV at the server's rate that the server accepts. With two models the selector switches voices, sample rate
-and cloning to the chosen model's. Skipped only when Debian's chromium is not installed.
+mono WAV at the server's rate that the server accepts. The mock takes an emotion and inline tags, so the emotion
+selector lists its emotions and sends the chosen one as ``instructions``, and a tag button inserts its tag at the
+caret. With two models the selector switches voices, sample rate, cloning, emotions and tags to the chosen model's
+(the second takes none: the controls are disabled, with a title that says why). Skipped only when Debian's chromium
+is not installed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 from browser_testing import Browser, chromium_available
+
+from duet.text.tokens import EMOTIONS, NONVERBALS
 
 pytestmark = pytest.mark.skipif(not chromium_available(), reason="needs Debian's chromium (apt-get install chromium)")
 
@@ -210,7 +215,51 @@ def test_a_recording_from_the_microphone_is_sent_as_a_wav(page):
     assert abs(audio.shape[0] - reference["seconds"] * 16_000) <= 1
 
 
+def test_the_emotion_selector_lists_the_models_emotions_and_sends_instructions(page, server):
+    assert page.eval("[...document.querySelectorAll('#emotion option')].map(o => o.value)") == ["", *EMOTIONS]
+    assert page.eval("document.querySelector('#emotion').value") == ""  # none: no instructions
+    assert not page.eval("document.querySelector('#emotion').disabled")
+    page.eval(SPY)
+    page.type("#text", TEXT)
+    for emotion in ("happy", ""):
+        page.eval(f"document.querySelector('#emotion').value = '{emotion}'")
+        page.click("#speak")
+        page.wait_for("window.duet.state === 'done' || window.duet.state === 'error'")
+        assert page.eval("window.duet.state") == "done", page.eval("window.duet")
+        body = page.eval("window.sent.pop()")
+        assert body.get("instructions") == (emotion or None) and body["input"] == TEXT
+
+
+def test_a_tag_button_inserts_its_tag_at_the_caret(page):
+    assert page.eval("window.duet.tags") == list(NONVERBALS)
+    assert page.eval("[...document.querySelectorAll('#tags button')].map(b => b.dataset.tag)") == [
+        "breath", "cough", "laughter", "sigh"]
+    assert page.eval("[...document.querySelectorAll('#tags button')].every(b => !b.disabled)")
+    page.type("#text", "Well hello")
+    page.eval("document.querySelector('#text').setSelectionRange(4, 4)")  # after "Well"
+    page.click("#tags button[data-tag=laughter]")
+    assert page.eval("document.querySelector('#text').value") == "Well [laughter] hello"
+    caret = len("Well [laughter]")
+    assert page.eval("[document.activeElement.id, document.querySelector('#text').selectionStart, "
+                     "document.querySelector('#text').selectionEnd]") == ["text", caret, caret]
+    page.type("#text", " oh")  # typing goes on after the tag
+    assert page.eval("document.querySelector('#text').value") == "Well [laughter] oh hello"
+    page.eval("document.querySelector('#text').setSelectionRange(0, 0)")
+    page.click("#tags button[data-tag=sigh]")  # a space apart from the word after it
+    assert page.eval("document.querySelector('#text').value") == "[sigh] Well [laughter] oh hello"
+    assert page.eval("document.querySelector('#text').selectionStart") == len("[sigh] ")
+
+
 def test_type_and_hear_speaks_each_sentence_while_typing(page, server):
+    page.eval("""(() => {  // keeps the JSON messages the page sends on its WebSocket
+        window.wsSent = [];
+        const send = WebSocket.prototype.send;
+        WebSocket.prototype.send = function (data) {
+            if (typeof data === 'string') window.wsSent.push(JSON.parse(data));
+            return send.call(this, data);
+        };
+    })()""")
+    page.eval("document.querySelector('#emotion').value = 'sad'")
     page.eval("document.querySelector('#live').checked = true")
     page.type("#seed", str(SEED))
     page.type("#text", "Hello there, my good friend. How")
@@ -225,11 +274,14 @@ def test_type_and_hear_speaks_each_sentence_while_typing(page, server):
     gap = round(0.15 * 16_000)  # TextStreamConfig.gap_seconds between pieces
     assert state["samples"] == 320 * (len(state["pieces"][0]) + len(state["pieces"][1])) + gap
     assert state["wavBytes"] == 44 + 2 * state["samples"]
+    start = page.eval("window.wsSent[0]")
+    assert start["type"] == "session.start" and start["instructions"] == "sad"
 
 
 @pytest.fixture(scope="module")
 def two_models():
-    """An in-process server of two mocks: mock-a (16 kHz, clones) and mock-b (24 kHz, no cloning), mock-a's alias."""
+    """An in-process server of two mocks: mock-a (16 kHz, clones, takes emotions and tags) and mock-b (24 kHz, none of
+    those), and mock-a's alias."""
     from serve_testing import uvicorn_server
 
     from duet.serve.api import ServeConfig, create_app
@@ -238,25 +290,36 @@ def two_models():
 
     engines = [Engine(MockRuntime(MockConfig(name="mock-a"))),
                Engine(MockRuntime(MockConfig(name="mock-b", voices=("bob",), sample_rate=24_000,
-                                             samples_per_frame=480, clone_from_audio=False)))]
+                                             samples_per_frame=480, clone_from_audio=False, expressive=False)))]
     with uvicorn_server(create_app(engines, ServeConfig(model_aliases=(("tts-1", "mock-a"),)))) as url:
         yield url
 
 
-def test_the_model_selector_switches_voices_rate_and_cloning(two_models):
+def test_the_model_selector_switches_voices_rate_cloning_emotions_and_tags(two_models):
     with Browser(two_models + "/") as browser:
         page = browser.page
         page.wait_for("window.duet && window.duet.state === 'idle'")
         assert page.eval("[...document.querySelectorAll('#model option')].map(o => o.value)") == ["mock-a", "mock-b"]
         assert page.eval("window.duet.sampleRate") == 16_000 and page.eval("window.duet.cloning")
+        assert page.eval("[...document.querySelectorAll('#emotion option')].map(o => o.value)") == ["", *EMOTIONS]
+        page.eval("document.querySelector('#emotion').value = 'angry'")
         page.eval("""(() => { const s = document.querySelector('#model');
                               s.value = 'mock-b'; s.dispatchEvent(new Event('change')); })()""")
         page.wait_for("window.duet.state === 'idle' && window.duet.sampleRate === 24000")
         assert page.eval("[...document.querySelectorAll('#voice option')].map(o => o.value)") == ["bob"]
         assert page.eval("document.querySelector('#cloning').hidden") and not page.eval("window.duet.cloning")
+        # mock-b takes no emotion and reads no tags: the controls stay, disabled, and say why
+        emotion = page.eval("""(() => { const s = document.querySelector('#emotion');
+            return { disabled: s.disabled, value: s.value, options: [...s.options].map(o => o.value),
+                     title: s.parentElement.title }; })()""")
+        assert emotion == {"disabled": True, "value": "", "options": [""], "title": "mock-b has no emotion control"}
+        buttons = page.eval("[...document.querySelectorAll('#tags button')].map(b => [b.disabled, b.title])")
+        assert buttons == [[True, "mock-b does not read inline tags"]] * 4
+        page.eval(SPY)
         page.type("#text", TEXT)
         page.click("#speak")
         page.wait_for("window.duet.state === 'done' || window.duet.state === 'error'")
         state = page.eval("window.duet")
         assert state["state"] == "done", state
         assert state["samples"] == len(TEXT) * 480 and state["wavBytes"] == 44 + 2 * len(TEXT) * 480
+        assert "instructions" not in page.eval("window.sent[0]")  # the emotion chosen for mock-a is not sent

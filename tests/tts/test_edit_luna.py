@@ -226,8 +226,7 @@ class _Judge:
 
 
 def test_a_verified_edit_keeps_the_best_making_and_stops_once_one_is_heard(luna_speaker):
-    from duet.tts.luna_edit import verified_edit
-    from duet.tts.verify import SEED_STRIDE, VerifyConfig
+    from duet.tts.verify import SEED_STRIDE, VerifyConfig, verified_edit
 
     audio, new_text = _recording(luna_speaker), "Good evening."
     judge = _Judge([0.5, 0.2, 0.4])

@@ -200,20 +200,24 @@ def test_a_fitted_break_in_noise_is_spliced_silence_and_the_words_move_with_it(s
     assert times == sorted(times) and 0 <= times[0] and times[-1] <= fitted.seconds
 
 
-def test_a_speed_slower_than_the_model_follows_is_made_at_its_slowest_and_stretched(gepard):
-    slowest = gepard.config.followed_speeds[0]
-    made = gepard.speak("Hello there, how are you?", seed=0, speed=slowest)
-    slow = gepard.speak("Hello there, how are you?", seed=0, speed=slowest / 2)
-    assert np.array_equal(slow.audio, stretch(made.audio, 2.0, made.sample_rate))
-    assert slow.words == scaled(made.words, 2.0)
-    assert slow.words[-1].end <= slow.seconds
+def _following(speaker, low: float, high: float):
+    return Speaker(speaker.runtime, replace(speaker.config, followed_speeds=(low, high)))
 
 
-def test_a_break_at_a_stretched_speed_is_laid_out_shorter(gepard):
+@pytest.mark.parametrize("speed, made_at", [(0.25, 0.5), (3.0, 1.5)])
+def test_a_speed_outside_what_the_model_follows_is_made_at_the_nearest_and_stretched(gepard, speed, made_at):
+    made = gepard.speak("Hello there, how are you?", seed=0, speed=made_at)
+    stretched = _following(gepard, 0.5, 1.5).speak("Hello there, how are you?", seed=0, speed=speed)
+    factor = made_at / speed
+    assert np.array_equal(stretched.audio, stretch(made.audio, factor, made.sample_rate))
+    assert stretched.words == scaled(made.words, factor)
+    assert stretched.words[-1].end <= stretched.seconds
+
+
+def test_a_break_at_a_stretched_speed_is_laid_out_for_its_length_after_the_stretch(gepard):
     text = '<speak>Hello there <break time="600ms"/> how are you?</speak>'
-    slowest = gepard.config.followed_speeds[0]
-    slow = _layout_only(gepard).speak(text, seed=0, speed=slowest / 2).words
-    assert _word(slow, "how").start - _word(slow, "there").end == pytest.approx(0.6)
+    words = _layout_only(_following(gepard, 0.5, 1.5)).speak(text, seed=0, speed=0.25).words
+    assert _word(words, "how").start - _word(words, "there").end == pytest.approx(0.6)
 
 
 def test_a_pause_between_pieces_is_sized_from_word_to_word(luna):

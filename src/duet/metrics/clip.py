@@ -7,7 +7,7 @@ API's ``verify`` (``duet.tts.verify``). These are ``duet eval run``'s ``wer`` an
 :class:`ClipScorer` reads the metric models of ``duet.metrics.models``, as duet eval does, so post-training,
 verification and evaluation hear with the same Whisper and speaker encoder: Whisper (``duet.metrics.asr``, the
 bundled tiny.en unless a CTranslate2 directory is named) transcribes, ``duet.metrics.wer.word_error`` scores the
-transcript with Seed-TTS-eval normalisation, and the speaker encoder (``duet.metrics.speaker``, Resemblyzer, or WavLM
+transcript with Seed-TTS-eval normalisation (or Whisper's English normaliser: ``ClipScoreConfig.normalizer``), and the speaker encoder (``duet.metrics.speaker``, Resemblyzer, or WavLM
 x-vectors with ``wavlm:DIR``) gives the cosine to the reference clip, whose embedding is cached by path.
 
 A clip Whisper cannot read (no samples: the stop head fired at once; silent or non-finite audio) has the empty
@@ -47,6 +47,7 @@ class ClipScoreConfig:
     language: str = "en"
     speaker: str = "resemblyzer"  # or "wavlm:DIR" (as duet eval)
     device: str = "cpu"
+    normalizer: str = "duet"  # how WER reads text: "duet" (Seed-TTS-eval) or "whisper" (duet.metrics.wer)
 
 
 class ClipScorer:
@@ -63,7 +64,7 @@ class ClipScorer:
 
         heard = self._transcribe(audio, sample_rate)
         sim = None if reference is None else self._similarity(audio, sample_rate, Path(reference))
-        return ClipScore(wer=word_error(text, heard).rate, transcript=heard, sim=sim)
+        return ClipScore(wer=word_error(text, heard, self.config.normalizer).rate, transcript=heard, sim=sim)
 
     def _transcribe(self, audio: np.ndarray, sample_rate: int) -> str:
         if not audio.size:

@@ -16,13 +16,20 @@ Where we differ, deliberately:
   turning into ``dont`` vs ``don't``;
 - all text is lowercased (Seed-TTS lowercases English only; it only matters for Latin words inside Chinese);
 - CER is the Seed-TTS Chinese recipe applied to any language: characters with whitespace removed.
+
+``normalizer="whisper"`` scores English after Whisper's English text normaliser instead (``EnglishTextNormalizer``
+of the ``whisper-normalizer`` package, the eval extra; as Seed-TTS-eval's English WER and other TTS evaluations
+with Whisper do): contractions, British spellings, numbers written out or as digits, "Mr." and the like are read the
+same on both sides, so a transcript is not counted wrong for spelling what was said another way ("you're" for
+"you are", "favor" for "favour", "23" for "twenty three").
 """
 
 from __future__ import annotations
 
+import functools
 import string
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import jiwer
@@ -31,6 +38,7 @@ from duet.errors import DuetError
 from duet.text.tags import without_events
 
 _ASCII_PUNCT = frozenset(string.punctuation) - {"'"}
+NORMALIZERS = ("duet", "whisper")  # Seed-TTS-eval's (module docstring), Whisper's English one
 
 
 @dataclass(frozen=True)
@@ -67,12 +75,27 @@ def _is_punct(ch: str) -> bool:
     return ch in _ASCII_PUNCT or (ch != "'" and unicodedata.category(ch).startswith("P"))
 
 
-def normalize_text(text: str) -> str:
+def normalize_text(text: str, normalizer: str = "duet") -> str:
     """Lowercase, delete punctuation except apostrophes, collapse whitespace to single spaces; inline event tags
-    (``[laughter]``, ``[laughs]``: ``duet.text.tags``) are not words and go first."""
+    (``[laughter]``, ``[laughs]``: ``duet.text.tags``) are not words and go first. ``normalizer="whisper"``:
+    Whisper's English normaliser after the tags go (module docstring)."""
+    if normalizer == "whisper":
+        return " ".join(_whisper_english()(without_events(text)).split())
+    if normalizer != "duet":
+        raise DuetError(f"unknown WER normaliser {normalizer!r}; choose from {', '.join(NORMALIZERS)}")
     text = without_events(text).replace("\u2019", "'")
     text = "".join(ch for ch in text if not _is_punct(ch))
     return " ".join(text.lower().split())
+
+
+@functools.cache
+def _whisper_english() -> Callable[[str], str]:
+    try:
+        from whisper_normalizer.english import EnglishTextNormalizer
+    except ImportError as err:
+        raise DuetError("the whisper WER normaliser needs the eval extra (pip install 'duet[eval]': "
+                        "whisper-normalizer)") from err
+    return EnglishTextNormalizer()
 
 
 def _measure(reference: str, hypothesis: str, ref_units: str, hyp_units: str) -> ErrorRate:
@@ -89,9 +112,9 @@ def _measure(reference: str, hypothesis: str, ref_units: str, hyp_units: str) ->
     )
 
 
-def word_error(reference: str, hypothesis: str) -> ErrorRate:
-    """WER of one utterance after :func:`normalize_text` on both sides."""
-    ref, hyp = normalize_text(reference), normalize_text(hypothesis)
+def word_error(reference: str, hypothesis: str, normalizer: str = "duet") -> ErrorRate:
+    """WER of one utterance after :func:`normalize_text` (with ``normalizer``) on both sides."""
+    ref, hyp = normalize_text(reference, normalizer), normalize_text(hypothesis, normalizer)
     return _measure(ref, hyp, ref, hyp)
 
 

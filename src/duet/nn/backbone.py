@@ -115,10 +115,22 @@ def build_qwen3(config: BackboneConfig) -> Qwen3Model:
     return Qwen3Model(qwen3_config(config))
 
 
+class PlainBackbone(nn.Module):
+    """A backbone that runs itself in plain torch, without transformers (``duet.nn.qwen3.Qwen3Weights``):
+    :func:`run_backbone` and :func:`new_cache` hand such a module to these two."""
+
+    def run(self, inputs_embeds: torch.Tensor, *, cache: Any = None, position_ids: torch.Tensor | None = None,
+            attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def new_cache(self) -> Any:
+        raise NotImplementedError
+
+
 def new_cache(model: nn.Module) -> Any:
     """An empty KV cache for ``model``: transformers' DynamicCache for a stock model (grows by one entry per
-    position); a ``duet.nn.qwen3.Qwen3Weights`` makes its own."""
-    if hasattr(model, "new_cache"):
+    position); a :class:`PlainBackbone` makes its own."""
+    if isinstance(model, PlainBackbone):
         return model.new_cache()
     from transformers.cache_utils import DynamicCache
 
@@ -142,9 +154,9 @@ def run_backbone(
     for which kinds each attention implementation reads correctly); right-padded batches need none, because with
     causal attention a real position never sees the padding after it.
 
-    A ``duet.nn.qwen3.Qwen3Weights`` runs itself (its ``run``: the same arguments, the same function).
+    A :class:`PlainBackbone` runs itself (its ``run``: the same arguments, the same function).
     """
-    if hasattr(model, "run"):
+    if isinstance(model, PlainBackbone):
         return model.run(inputs_embeds, cache=cache, position_ids=position_ids, attention_mask=attention_mask)
     out = model(
         inputs_embeds=inputs_embeds,

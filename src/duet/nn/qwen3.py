@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from duet.errors import DuetError
-from duet.nn.backbone import BackboneConfig
+from duet.nn.backbone import BackboneConfig, PlainBackbone
 
 # ---- the module tree of transformers' Qwen3Model, without transformers -----------------------------------------------
 
@@ -81,7 +81,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.width, config.rms_norm_eps)
 
 
-class Qwen3Weights(nn.Module):
+class Qwen3Weights(PlainBackbone):
     """``Qwen3Model``'s parameters under its names (``embed_tokens``, ``layers.N.self_attn.q_proj``, ..., ``norm``),
     built without transformers: filled by ``load_state_dict`` and run by :class:`Qwen3Step` (``run_backbone``
     reads it too). For loading only: the tensors start uninitialised (initialising what a loader overwrites cost a

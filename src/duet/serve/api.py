@@ -1,7 +1,8 @@
 """OpenAI-compatible HTTP API over one engine per served model: ``POST /v1/audio/speech``, ``GET /v1/models``,
-``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /v1/audio/voices`` (duet: built-in speakers and cloning
-support), the web page at ``GET /`` (``duet.serve.web``: type, listen as it streams, download the WAV) and the
-WebSocket ``/v1/audio/speech/stream`` that speaks text while it is still arriving (``text_stream.py``).
+``GET /health``, ``GET /metrics`` (Prometheus text), ``GET /v1/audio/voices`` (duet: built-in speakers, cloning,
+word timings, the emotions ``instructions`` may name and the inline event tags the model reads), the web page at
+``GET /`` (``duet.serve.web``: type, listen as it streams, download the WAV) and the WebSocket
+``/v1/audio/speech/stream`` that speaks text while it is still arriving (``text_stream.py``).
 
 Several models: a request's ``model`` (an id or an alias) picks its model, whose own engine, queue and limits serve
 it (``models.py``); ``/v1/models`` lists every name, ``/v1/audio/voices?model=`` one model's voices (default: the
@@ -229,7 +230,7 @@ def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeCo
         traits = served.runtime.traits
         return {"object": "list", "model": served.name, "data": [{"id": v} for v in traits.voices],
                 "cloning": traits.clone_from_audio, "timestamps": traits.timings,
-                "sample_rate": served.sample_rate}
+                "emotions": list(traits.emotions), "tags": list(traits.tags), "sample_rate": served.sample_rate}
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:

@@ -30,7 +30,7 @@ from duet.codecs.base import DecodeResult, EncodeResult
 from duet.gepard.sampling import channel_logit_mask, sample_requests
 from duet.sampling import SamplingParams
 from duet.serve.errors import InvalidRequest
-from duet.text.tokens import EMOTIONS
+from duet.text.tokens import EMOTIONS, NONVERBALS
 from duet.tts.request import SynthesisRequest
 from duet.tts.runtime import FamilyTraits, StepCost, StepOutput
 
@@ -52,6 +52,7 @@ class MockConfig:
     stop_prob: float = 1.0  # what the scripted stop head says once the script's length is reached
     step_delay_s: float = 0.0  # sleep per step, to imitate compute (disconnect, queueing and admission tests)
     clone_from_audio: bool = True  # takes a reference clip (the speech API's reference_audio)
+    expressive: bool = True  # takes an emotion and inline event tags (and ignores them), as an expressive Luna
     supports_speed: bool = True
     params: SamplingParams = SamplingParams()  # request defaults
     min_speed: float = 0.25
@@ -148,7 +149,8 @@ class MockRuntime:
         self.codec = MockCodec(cfg.sample_rate, cfg.samples_per_frame, cfg.channel_levels)
         self.traits = FamilyTraits(voices=cfg.voices, clone_from_audio=cfg.clone_from_audio, nucleus=True,
                                    speed=None if cfg.supports_speed else "the mock speaks at one speed",
-                                   steps=True, emotions=EMOTIONS)  # it takes both, and ignores them
+                                   steps=True, emotions=EMOTIONS if cfg.expressive else (),
+                                   tags=NONVERBALS if cfg.expressive else ())
         self.max_frames = cfg.max_frames
         self.default_params = cfg.params
         self.cache_bytes_per_position = cfg.cache_bytes_per_position

@@ -7,9 +7,9 @@ regenerated, under the same transcript (a retake) or under ``--new-text``, the w
 recording keeps its codec codes and its samples (beyond a 20 ms crossfade at each side of the span). ``--verify``
 hears the edited utterance back with Whisper (the eval extra; the ``duet`` command hands the recogniser in) and makes
 the edit again with another seed while any word of the new transcript is misheard, up to ``--verify-tries`` (3)
-makings, keeping the best (``duet.tts.luna_edit.verified_edit``). Bad input (a span that is not START:END in seconds or lies outside the recording, an
-empty transcript, a missing or silent recording, a model that is not Luna, an output path that cannot be written)
-ends with one line on stderr and exit code 2, and nothing is written.
+makings, keeping the best (``duet.tts.verify.verified_edit``). Bad input (a span that is not START:END in seconds or
+lies outside the recording, an empty transcript, a missing or silent recording, a model that is not Luna, an output
+path that cannot be written) ends with one line on stderr and exit code 2, and nothing is written.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def run_edit(args: argparse.Namespace) -> int:
     if verify is None:
         edited = speaker.edit(audio, args.text, span, seed=args.seed, **options)
     else:
-        from duet.tts.luna_edit import verified_edit
+        from duet.tts.verify import verified_edit
 
         seed = random.SystemRandom().randrange(SEED_LIMIT) if args.seed is None else args.seed
         edited, score = verified_edit(speaker.runtime, audio, args.text, span, scorer, verify, seed=seed, **options)

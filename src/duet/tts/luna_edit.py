@@ -31,14 +31,11 @@ import torch
 from duet.audio import resample
 from duet.errors import DuetError
 from duet.finish import STOP
-from duet.limits import SEED_LIMIT
 from duet.luna.decode import with_overrides
 from duet.luna.infill import check_prompt_audio, edit, edit_span_frames
-from duet.metrics.clip import ClipScoring
 from duet.text.prompts import luna_prompt
 from duet.tts.runtime import check_emotion
 from duet.tts.speech import Speech
-from duet.tts.verify import SEED_STRIDE, BestOf, PieceScore, VerifyConfig
 
 CROSSFADE_SECONDS = 0.02  # each join of recording and regenerated audio, laid outside the span
 
@@ -160,24 +157,3 @@ def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
                     round(CROSSFADE_SECONDS * luna.sample_rate))
     speech = Speech(joined, luna.sample_rate, ((new_text or text).strip(),), (STOP,))
     return EditedSpeech(speech, result.grid, result.span, frame_rate)
-
-
-def verified_edit(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
-                  span_seconds: tuple[float, float], scorer: ClipScoring, config: VerifyConfig = VerifyConfig(), *,
-                  new_text: str | None = None, seed: int = 0, **options: Any) -> tuple[EditedSpeech, PieceScore]:
-    """``edit_speech`` heard back: the edited utterance is scored by ``scorer`` (WER against the whole transcript it
-    should now say) and the edit made again while its WER is above ``config.max_wer``, up to ``config.tries``
-    makings, the best kept (the lowest WER, the earliest of equals; ``duet.tts.verify.BestOf``). Making ``t`` is
-    seeded ``seed + t * SEED_STRIDE``: the seed alone changes a Luna decode (its unmasking order draws Gumbel noise),
-    so retries keep the request's sampling. -> (the kept edit, its score)."""
-    target = (new_text or text).strip()
-    best, kept = BestOf(0, target, config), None
-    for t in range(config.tries):
-        edited = edit_speech(luna, audio, text, span_seconds, new_text=new_text,
-                             seed=(seed + t * SEED_STRIDE) % SEED_LIMIT, **options)
-        if best.offer(scorer.score(edited.speech.audio, edited.speech.sample_rate, target)):
-            kept = edited
-        if best.done:
-            break
-    assert kept is not None
-    return kept, best.score()

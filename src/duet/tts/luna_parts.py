@@ -6,7 +6,8 @@ Expressive control (Luna-TTS §2.3): a request's emotion becomes the emotion tok
 prompt ids (``duet.text.prompts.luna_prompt``), and its text's inline event tags (``[laughter]``) reach the model as
 one service id each. A model takes emotions when its tokenizer has every emotion token and its text embedding has a
 row for each (:func:`emotion_support`); otherwise an emotion is refused through the shared check
-(``duet.tts.runtime.check_emotion``) with the reason.
+(``duet.tts.runtime.check_emotion``) with the reason. The tags it reads as events (:func:`readable_tags`) are its
+traits' ``tags``, which the web page offers as buttons.
 
 Shape legend: S text ids (with SOT/EOT), T frames, Q codebooks.
 """
@@ -26,7 +27,7 @@ from duet.luna.duration import DurationPredictor, fit_durations
 from duet.luna.grid import check_codec, codes_from_grid, grid_from_codes
 from duet.luna.shipped import LoadedLuna
 from duet.text.prompts import luna_prompt
-from duet.text.tokens import EMOTIONS, emotion_token, token_id
+from duet.text.tokens import EMOTIONS, NONVERBALS, emotion_token, nonverbal_token, token_id
 from duet.tts.request import SynthesisRequest
 
 
@@ -47,6 +48,19 @@ def emotion_support(tokenizer: Any, vocab_size: int) -> str | None:
     if max(ids) >= vocab_size:
         return f": its text embedding has {vocab_size} rows, fewer than its tokenizer's emotion tokens need"
     return None
+
+
+def readable_tags(tokenizer: Any, vocab_size: int) -> tuple[str, ...]:
+    """The inline event tags (NONVERBALS) whose token this tokenizer has and ``vocab_size`` text embeddings hold:
+    what the model reads as an event rather than as the letters of a bracketed word."""
+    found = []
+    for name in NONVERBALS:
+        try:
+            if token_id(tokenizer, nonverbal_token(name)) < vocab_size:
+                found.append(name)
+        except DuetError:
+            pass
+    return tuple(found)
 
 
 def request_decode_config(base: DecodeConfig, request: SynthesisRequest) -> DecodeConfig:
@@ -75,8 +89,9 @@ class LunaParts:
         self.language = language
         check_codec(grid, tuple(codec.codebook_sizes), f"{name}'s codec {codec}")
         no_emotion = emotion_support(tokenizer, grid.backbone.vocab_size)
-        # the FamilyTraits fields of emotion control, for the runtimes' traits
-        self.emotion_traits: dict[str, Any] = dict(emotions=() if no_emotion else EMOTIONS, emotion_note=no_emotion or "")
+        # the FamilyTraits fields of expressive control (an emotion, inline event tags), for the runtimes' traits
+        self.emotion_traits: dict[str, Any] = dict(emotions=() if no_emotion else EMOTIONS, emotion_note=no_emotion or "",
+                                                   tags=readable_tags(tokenizer, grid.backbone.vocab_size))
 
     @property
     def sample_rate(self) -> int:

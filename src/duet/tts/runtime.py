@@ -88,6 +88,7 @@ class FamilyTraits:
     clone_from_audio_note: str = ""  # why a reference clip alone is refused, appended to the message
     emotions: tuple[str, ...] = ()  # the utterance-level emotions it takes (EMOTIONS); (): no emotion control
     emotion_note: str = ""  # why it takes none, appended to the message
+    tags: tuple[str, ...] = ()  # the inline event tags its text input reads as event tokens (NONVERBALS); (): none
     timings: bool = False  # its outputs carry a TextLayout: word timings from its own alignment
 
 

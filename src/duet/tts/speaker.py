@@ -95,10 +95,11 @@ class SpeakConfig:
     max_chars: int = 200  # longest piece of text per generation
     gap_seconds: float = 0.15  # silence between pieces
     # Frames gathered before a push into the codec's stream decoder: ``chunk_frames`` for a piece's first audio,
-    # then twice the last chunk's, up to ``max_chunk_frames``. A decoder with context (duet-fsq: 19 frames either
-    # side) decodes that context again with every push: gepard-tiny's 70 frames of a sentence cost 266 ms of decoding
-    # in chunks of 4 frames, 83 ms in chunks growing from 4 to 32, 50 ms in one push (benchmarks/single_stream.py).
-    # A chunk is made far faster than it plays (RTF well under 0.5), so the larger later chunks do not run dry.
+    # then twice the last chunk's, up to ``max_chunk_frames`` (a family that makes blocks pushes each block). A
+    # decoder with context (duet-fsq: 19 frames either side) decodes that context again with every push, so chunks
+    # of 4 frames cost a sentence 2-3.5x the decoding of chunks growing to 32 (benchmarks/results/
+    # single_stream.md). A chunk is made far faster than it plays (RTF well under 0.5): the later, larger chunks
+    # come before the audio before them has played.
     chunk_frames: int = 4
     max_chunk_frames: int = 32
     # the speeds a model's frames follow when its layout is scaled (measured on the shipped tiny models,

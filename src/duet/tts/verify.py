@@ -19,7 +19,7 @@ so that nothing loads Whisper until verification is asked for.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
@@ -29,6 +29,11 @@ from duet.metrics.clip import ClipScore, ClipScoring
 from duet.tts.request import SynthesisRequest
 from duet.tts.speaker import Chunk, Speaker
 from duet.tts.speech import Speech
+
+if TYPE_CHECKING:
+    import torch
+
+    from duet.tts.luna_edit import EditableLuna, EditedSpeech
 
 SEED_STRIDE = 1_000_003  # a retry's seed offset: far from the next pieces' seeds (seed + i)
 
@@ -138,3 +143,26 @@ def verified_speech(speaker: Speaker, text: str, scorer: ClipScoring, config: Ve
         kept.extend(choice)
         scores.append(best.score())
     return speaker.assemble(requests, kept), scores
+
+
+def verified_edit(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
+                  span_seconds: tuple[float, float], scorer: ClipScoring, config: VerifyConfig = VerifyConfig(), *,
+                  new_text: str | None = None, seed: int = 0, **options: Any) -> tuple[EditedSpeech, PieceScore]:
+    """``edit_speech`` heard back: the edited utterance is scored by ``scorer`` (WER against the whole transcript it
+    should now say) and the edit made again while its WER is above ``config.max_wer``, up to ``config.tries``
+    makings, the best kept (the lowest WER, the earliest of equals; ``duet.tts.verify.BestOf``). Making ``t`` is
+    seeded ``seed + t * SEED_STRIDE``: the seed alone changes a Luna decode (its unmasking order draws Gumbel noise),
+    so retries keep the request's sampling. -> (the kept edit, its score)."""
+    from duet.tts.luna_edit import edit_speech
+
+    target = (new_text or text).strip()
+    best, kept = BestOf(0, target, config), None
+    for t in range(config.tries):
+        edited = edit_speech(luna, audio, text, span_seconds, new_text=new_text,
+                             seed=(seed + t * SEED_STRIDE) % SEED_LIMIT, **options)
+        if best.offer(scorer.score(edited.speech.audio, edited.speech.sample_rate, target)):
+            kept = edited
+        if best.done:
+            break
+    assert kept is not None
+    return kept, best.score()

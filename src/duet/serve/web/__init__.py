@@ -1,13 +1,14 @@
 """duet's web page: static HTML, CSS and JavaScript served by the API app at ``/`` (no build step).
 
 The page (``index.html`` + ``app.js``) lists the server's models from ``/v1/models`` (a selector; aliases left out)
-and the chosen model's voices, sample rate and cloning from ``/v1/audio/voices?model=``, posts to
-``/v1/audio/speech`` with ``stream_format="sse"``, plays each PCM chunk through WebAudio as it arrives and offers the
-whole utterance as a WAV download (``wav.js``); for a model that clones from a clip (``cloning``) it uploads or
-records a reference clip and sends it as ``reference_audio``, a 16-bit mono WAV at that model's rate (``clip.js``);
-in "type and hear" mode it opens a ``/v1/audio/speech/stream`` session and sends the text as it is typed, so each
-sentence is heard as soon as it is finished. It talks to the public API only, so it is also a worked example of
-both streaming clients.
+and the chosen model's voices, sample rate, cloning, emotions and inline tags from ``/v1/audio/voices?model=``; next to
+the text box, an emotion selector (sent as ``instructions``) and buttons that insert a tag (``[laughter]``) at the
+caret, each disabled for a model that lacks it. It posts to ``/v1/audio/speech`` with ``stream_format="sse"``,
+plays each PCM chunk through WebAudio as it arrives and offers the whole utterance as a WAV download (``wav.js``);
+for a model that clones from a clip (``cloning``) it uploads or records a reference clip and sends it as
+``reference_audio``, a 16-bit mono WAV at that model's rate (``clip.js``); in "type and hear" mode it opens a
+``/v1/audio/speech/stream`` session and sends the text as it is typed, so each sentence is heard as soon as it is
+finished. It talks to the public API only, so it is also a worked example of both streaming clients.
 """
 
 from __future__ import annotations

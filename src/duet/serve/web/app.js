@@ -1,8 +1,8 @@
 // duet's web page: pick a model and voice, speak the text, hear it while it streams, download the WAV.
 //
 // Models: the selector lists the server's models (GET /v1/models, aliases left out: they name the same models); the
-// chosen model's voices, sample rate and cloning come from GET /v1/audio/voices?model=ID, read again whenever the
-// choice changes, and every request names it.
+// chosen model's voices, sample rate, cloning, emotions and tags come from GET /v1/audio/voices?model=ID, read again
+// whenever the choice changes, and every request names it.
 //
 // Data path: POST /v1/audio/speech with stream_format "sse" and response_format "pcm" (OpenAI's event shapes,
 // see duet/serve/schemas.py) -> each `speech.audio.delta` carries base64 16-bit little-endian mono PCM at the
@@ -19,6 +19,11 @@
 // (`timestamps: true`); each `speech.audio.timestamps` event adds its words under the text box, and each word is
 // highlighted while its audio plays: its start and end (seconds of the audio) are placed on the AudioContext's clock
 // through the times the player scheduled each chunk at, so an underrun's delay moves the highlight with the sound.
+//
+// Expressive control: for a model that takes an emotion (`emotions` in /v1/audio/voices) the emotion selector lists
+// them and the chosen one goes out as the request's `instructions` (OpenAI's field, read as one emotion); "none" sends
+// no instructions. The tag buttons insert an inline non-verbal tag (`[laughter]`) at the caret, for a model that reads
+// that tag (`tags`). For a model without them the controls stay in place, disabled, with a title that says why.
 //
 // "Type and hear" mode: a WebSocket session on /v1/audio/speech/stream (duet/serve/text_stream.py). Text typed at
 // the end of the box is sent as deltas while you type; the server speaks each sentence or clause as soon as it is
@@ -40,6 +45,8 @@ const duet = (window.duet = {
   cloning: false, // the model clones from a reference clip
   clip: "none", // none | reading | recording | ready | error
   reference: null, // the clip that requests send: { source, name, seconds, bytes }
+  emotions: [], // the emotions the model takes (its `instructions`)
+  tags: [], // the inline tags it reads, by name: "laughter" for [laughter]
 });
 
 function setStatus(state, text) {
@@ -199,6 +206,7 @@ async function speak(event) {
   const body = { model: $("model").value, voice: $("voice").value, input: text, response_format: "pcm",
                  stream_format: "sse" };
   if (duet.timings) body.timestamps = true;
+  if ($("emotion").value) body.instructions = $("emotion").value;
   if (clip?.clip) {
     body.reference_audio = clip.clip.base64; // the cloned voice replaces the named one
     delete body.voice;
@@ -277,6 +285,7 @@ function startLive() {
   player = new StreamPlayer(ctx, duet.sampleRate);
   const start = { type: "session.start", model: $("model").value, voice: $("voice").value };
   if ($("seed").value !== "") start.seed = Number($("seed").value);
+  if ($("emotion").value) start.instructions = $("emotion").value;
   ws.onopen = () => {
     ws.send(JSON.stringify(start));
     session.open = true;
@@ -414,6 +423,37 @@ function setUpCloning() {
   $("clip-clear").addEventListener("click", () => clip.clear());
 }
 
+// --- emotion and tags --------------------------------------------------------------------------------------------
+
+// The chosen model's emotions in the selector ("none" first, the choice kept where the model has it) and its tags on
+// the buttons; what the model lacks is disabled, with a title that says why.
+function showExpressive(model, emotions, tags) {
+  const select = $("emotion");
+  const kept = select.value;
+  select.replaceChildren(new Option("none", ""), ...emotions.map((e) => new Option(e, e)));
+  select.value = emotions.includes(kept) ? kept : "";
+  select.disabled = !emotions.length;
+  select.parentElement.title = emotions.length ? "Sent as the request's instructions"
+                                               : `${model} has no emotion control`;
+  for (const button of document.querySelectorAll("#tags button")) {
+    const reads = tags.includes(button.dataset.tag);
+    button.disabled = !reads;
+    button.title = reads ? `Insert ${button.textContent} at the cursor` : `${model} does not read inline tags`;
+  }
+}
+
+// Inserts the button's tag at the caret (replacing a selection, as typing does), a space apart from the words beside
+// it, and leaves the caret after it; the input event lets "type and hear" send it.
+function insertTag(event) {
+  const box = $("text");
+  const { selectionStart: start, selectionEnd: end, value } = box;
+  const before = start > 0 && !/\s/.test(value[start - 1]) ? " " : "";
+  const after = end < value.length && !/\s/.test(value[end]) ? " " : "";
+  box.setRangeText(`${before}[${event.currentTarget.dataset.tag}]${after}`, start, end, "end");
+  box.focus();
+  box.dispatchEvent(new Event("input"));
+}
+
 // --- models ------------------------------------------------------------------------------------------------------
 
 // The chosen model's voices, sample rate and cloning. A clip held for the previous model is dropped (it was made at
@@ -425,6 +465,9 @@ async function chooseModel() {
   duet.sampleRate = voices.sample_rate;
   duet.cloning = voices.cloning;
   duet.timings = Boolean(voices.timestamps);
+  duet.emotions = voices.emotions ?? [];
+  duet.tags = voices.tags ?? [];
+  showExpressive(voices.model, duet.emotions, duet.tags);
   $("cloning").hidden = !voices.cloning;
   clip.rate = voices.sample_rate;
   clip.clear();
@@ -446,6 +489,7 @@ async function init() {
   $("text").addEventListener("input", typed);
   $("stop").addEventListener("click", stop);
   $("model").addEventListener("change", modelChanged);
+  for (const button of document.querySelectorAll("#tags button")) button.addEventListener("click", insertTag);
   setUpCloning();
   try {
     const models = await getJSON("/v1/models");

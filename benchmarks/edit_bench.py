@@ -7,8 +7,9 @@ whether the new word is heard, and whether the rest of the recording is still th
 Items: the first ``--n`` test-split recordings of ``--speaker`` (sorted by id) with a timing sidecar and at least
 five words. In each, one inner word of four letters or more (seeded choice, never the first or last word) is
 replaced by a noun of an ordinary list (``REPLACEMENTS``, seeded, never the same word). ``--words nouns`` (the
-default) picks only a lower-case word that WordNet (Debian's ``wordnet-base``) knows as a noun and as nothing
-else, so that the edit is a sentence someone would say: a noun put where a verb or a preposition stood ("Nothing
+default) picks only a lower-case word that WordNet (Debian's ``wordnet-base``) knows as a noun and never as a
+verb or an adverb (a noun, or a word that can stand where a noun does, "dear"), so that the edit is a sentence
+someone would say: a noun put where a verb or a preposition stood ("Nothing
 candle bear us up") is heard by Whisper's language model as the nearest sentence that makes sense, whatever the
 audio says; ``--words any`` picks any such word. The span is the word's own
 time in the recording (its timing sidecar, the synthesiser's), widened by ``--pad`` seconds each side, and the new
@@ -69,14 +70,14 @@ WORDNET = Path("/usr/share/wordnet")
 
 
 def nouns_only() -> set[str]:
-    """Words WordNet lists as nouns and under no other part of speech."""
+    """Words WordNet lists as nouns and never as verbs or adverbs."""
     def lemmas(pos: str) -> set[str]:
         with open(WORDNET / f"index.{pos}", encoding="utf-8") as f:
             return {line.split(" ", 1)[0] for line in f if not line.startswith(" ")}
 
     if not (WORDNET / "index.noun").is_file():
         raise SystemExit(f"--words nouns needs WordNet's index files in {WORDNET} (Debian: wordnet-base)")
-    return lemmas("noun") - lemmas("verb") - lemmas("adj") - lemmas("adv")
+    return lemmas("noun") - lemmas("verb") - lemmas("adv")
 
 
 def pick_word(words: list[str], rng: random.Random, allowed: set[str] | None) -> int | None:

@@ -115,6 +115,8 @@ def run_voice_train(data: Path, voice: Path, args: argparse.Namespace, asr: Path
         argv += ["--min-minutes", f"{args.min_minutes:g}"]
     if asr is not None:
         argv += ["--asr-model", str(asr)]
+    if args.threads is not None:
+        argv += ["--threads", str(args.threads)]
     if (voice / "build" / "voice.json").is_file():
         argv = ["duet", "voice", "train", str(data), "--out", str(voice), "--resume"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -200,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a CTranslate2 Whisper directory for the WER, or 'wheels' (module doc); default: tiny.en")
     p.add_argument("--limit", type=int, default=None, help="first N prompts only: a plumbing check")
     p.add_argument("--min-minutes", type=float, default=None, help="passed on (a plumbing check needs less)")
+    p.add_argument("--threads", type=int, default=None, help="passed on: torch threads (default: all cores)")
     p.add_argument("--out", default=None, help="the results file; this language's section is replaced")
     args = p.parse_args(argv)
 

@@ -35,6 +35,7 @@ from duet.text import get_tokenizer
 from duet.train.loop import LoopConfig
 from duet.train.metrics import read_metrics
 from duet.train.recipes.luna import LunaTrainConfig, export_luna, train_luna
+from duet.tts.luna_edit import CROSSFADE_SECONDS
 
 LEVELS = (8, 7, 6, 6)
 
@@ -284,7 +285,11 @@ def test_editing_keeps_the_codes_outside_the_span(fsq_speaker):
     assert torch.equal(edited.grid[:a], before[:a]) and torch.equal(edited.grid[b:], before[b:])
     assert bool((edited.grid < torch.tensor(cfg.cell_levels)).all())  # every regenerated digit in its levels
     decoded = fsq_speaker.codec.decode(codes_from_grid(cfg, edited.grid)[None]).audio[0].numpy()
-    np.testing.assert_allclose(edited.speech.audio, decoded, atol=1e-6)
+    spf = fsq_speaker.codec.samples_per_frame
+    np.testing.assert_allclose(edited.speech.audio[a * spf:b * spf], decoded[a * spf:b * spf], atol=1e-6)
+    fade = round(CROSSFADE_SECONDS * fsq_speaker.sample_rate)  # outside the span and its joins: the recording
+    np.testing.assert_array_equal(edited.speech.audio[:a * spf - fade], audio[:a * spf - fade])
+    np.testing.assert_array_equal(edited.speech.audio[b * spf + fade:], audio[b * spf + fade:])
 
 
 def test_realtime_continues_an_fsq_luna_on_fsq_shards(tmp_path, capsys):

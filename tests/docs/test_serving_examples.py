@@ -12,10 +12,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -24,49 +22,18 @@ import soundfile as sf
 from docs_testing import REPO, examples
 
 from duet.serve.schemas import SpeechRequest
+from process_testing import duet_serve
 
 SERVING = REPO / "docs" / "serving.md"
 EXAMPLES = examples(SERVING) + examples(REPO / "README.md")
 DOC_ADDRESS = "127.0.0.1:8000"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
     """``duet serve gepard-tiny gepard-clone-tiny`` in its own process, as a user would start it -> its host:port."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "duet.cli", "serve", "gepard-tiny", "gepard-clone-tiny",
-                             "--port", str(port), "--log-level", "warning"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300  # a loaded CI machine can take minutes to import torch
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"duet serve exited: {proc.stdout.read().decode(errors='replace')}")
-            try:
-                if httpx.get(f"http://{address}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("duet serve did not come up")
-            time.sleep(0.1)
-        yield address
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
-        proc.stdout.close()
+    with duet_serve("gepard-tiny", "gepard-clone-tiny", "--log-level", "warning") as url:
+        yield url.removeprefix("http://")
 
 
 @pytest.fixture(scope="module")

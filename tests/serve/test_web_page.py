@@ -16,12 +16,7 @@ from __future__ import annotations
 
 import base64
 import io
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -30,51 +25,19 @@ import soundfile as sf
 from browser_testing import Browser, chromium_available
 
 from duet.text.tokens import EMOTIONS, NONVERBALS
+from process_testing import duet_serve
 
 pytestmark = pytest.mark.skipif(not chromium_available(), reason="needs Debian's chromium (apt-get install chromium)")
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 TEXT = "Hello from the browser"  # the mock speaks one 320-sample frame per character
 SEED = 7
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server():
     """``duet serve --model mock`` in its own process, as a user would start it."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "duet.cli", "serve", "--model", "mock", "--port", str(port),
-                             "--max-input-chars", "200", "--log-level", "warning"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300  # a loaded CI machine can take minutes to import torch
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"duet serve exited: {proc.stdout.read().decode(errors='replace')}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("duet serve did not come up")
-            time.sleep(0.1)
+    with duet_serve("--model", "mock", "--max-input-chars", "200", "--log-level", "warning") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
-        proc.stdout.close()
 
 
 @pytest.fixture

@@ -5,54 +5,22 @@ installed."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-import httpx
 import pytest
 from browser_testing import Browser, chromium_available
 
 from checkpoint_testing import write_tiny_luna
+from process_testing import duet_serve
 
 pytestmark = pytest.mark.skipif(not chromium_available(), reason="needs Debian's chromium (apt-get install chromium)")
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 TEXT = "Hello there, how are you today? The quick brown fox."
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    import socket
-
     model = write_tiny_luna(tmp_path_factory.mktemp("luna"), aligned=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "duet.cli", "serve", "--model", str(model), "--port", str(port),
-                             "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"duet serve exited: {proc.stdout.read().decode(errors='replace')}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("duet serve did not come up")
-            time.sleep(0.1)
+    with duet_serve("--model", str(model), "--log-level", "warning") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(15)
-        proc.stdout.close()
 
 
 def test_words_appear_and_each_is_highlighted_while_it_plays(server):

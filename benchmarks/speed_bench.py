@@ -5,13 +5,13 @@ N held-out sentences (``timestamps_bench.held_out_sentences``), sentence i seede
 
 - layout: the model's own durations scaled by the speed (``SpeakConfig.followed_speeds`` wide open);
 - wsola from G: made at speed G (layout), then time-stretched by G / speed at its pitch with duet's WSOLA
-  (``duet.tts.wsola``): what the Speaker does for a speed outside ``followed_speeds`` = (G, ...), the same audio
-  (``tests/tts/test_pace.py``);
+  (``duet.tts.wsola``): what the Speaker does for a speed outside ``followed_speeds`` whose nearer end is G, the
+  same audio (``tests/tts/test_pace.py``);
 - vocoder from G: the same making at G stretched by librosa's phase vocoder (``librosa.effects.time_stretch``),
   for comparison.
 
 The sentences at speed 1 are the reference row. WER: Whisper tiny.en against the sentence (mean of per-sentence
-rates); OVRL: DNSMOS. Where the word timings land is ``timestamps_bench.py --slowest G``.
+rates); OVRL: DNSMOS. Where the word timings land is ``timestamps_bench.py --followed LOW,HIGH``.
 
     PYTHONPATH=src .venv/bin/python benchmarks/speed_bench.py --model gepard-tiny --n 30 --speeds 0.5,2 --from 1 \\
         --threads 1

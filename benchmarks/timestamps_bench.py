@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="draws the sentences; sentence i speaks with seed + i")
     p.add_argument("--subdivide", default="2,4", help="aligner frames per codec frame (comma-separated: one fit each)")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
-    p.add_argument("--slowest", type=float, default=None,
-                   help="the slowest speed a model lays out; slower ones are made at it and time-stretched "
-                        "(default: SpeakConfig.followed_speeds; 0: every speed laid out)")
+    p.add_argument("--followed", default=None, metavar="LOW,HIGH",
+                   help="the speeds a model lays out; others are made at the nearest and time-stretched "
+                        "(default: SpeakConfig.followed_speeds; 0,inf: every speed laid out)")
     p.add_argument("--out", default=None, help="also write the table (markdown) here")
     args = p.parse_args(argv)
 
@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for name in args.models.split(","):
         speaker = duet.load(name)
-        if args.slowest is not None:
-            speaker.config = replace(speaker.config,
-                                     followed_speeds=(args.slowest, speaker.config.followed_speeds[1]))
+        if args.followed is not None:
+            low, high = (float(x) for x in args.followed.split(","))
+            speaker.config = replace(speaker.config, followed_speeds=(low, high))
         if not speaker.has_timings:
             raise SystemExit(f"{name} reports no word timings")
         tokenizers[name], frame_rates[name] = speaker.runtime.tokenizer, speaker.codec.frame_rate
@@ -107,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                 forced.setdefault((*m, sub), []).append(w)
 
     frame_ms = 1000 / next(iter(frame_rates.values()))
+    low, high = speaker.config.followed_speeds
+    followed = f"[{low:g}, {high:g}]"
     lines = [f"`PYTHONPATH=src .venv/bin/python benchmarks/timestamps_bench.py {shlex.join(argv or sys.argv[1:])}`",
-             "", f"{len(texts)} held-out sentences (joe test split, seed {args.seed}). Reported word boundaries against "
+             "", f"{len(texts)} held-out sentences (joe test split, seed {args.seed}); speeds outside "
+             f"{followed} made at the nearest of them and time-stretched. Reported word boundaries against "
              "duet's forced aligner on the generated audio (phone units, one EM fit over all pieces per aligner "
              f"frame; the model's frame is {frame_ms:.1f} ms): |difference| in ms over every word start and end "
              "(targets: median <= 40, p95 <= 120).", "",

@@ -8,7 +8,8 @@ The judge reads Whisper's transcript with ``--normalizer`` (default ``whisper``:
 as ``duet speak --verify`` does; ``duet``: the Seed-TTS-eval normalisation of ``duet eval``). Both are scored by the
 same Whisper against the sentence, under both normalisations (a row each, so neither hides the other). That is also
 the recogniser verification selected with, so the "after" numbers are what a listener gets only as far as Whisper
-tiny.en stands in for a listener.
+tiny.en stands in for a listener. For the judge's own floor, the recordings row scores the corpus voice the shipped
+models learnt from (Piper joe, ``duet.data.sources.piper``, rendered as the corpus renders it) on the same sentences.
 
     PYTHONPATH=src .venv/bin/python benchmarks/verify_bench.py --model gepard-tiny --n 40 --tries 3 --threads 1 \\
         --out benchmarks/results/verify_bench.md
@@ -40,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import duet
+    from duet.data.sources.piper import item_seed, load_voice
     from duet.metrics.clip import ClipScoreConfig, ClipScorer
     from duet.metrics.wer import aggregate, word_error
+    from duet.text.phonemes import phonemize_many
     from duet.tts.verify import VerifyConfig, verified_speech
 
     if args.threads:
@@ -74,11 +77,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{i + 1}/{len(texts)}: {before[judged][-1].rate:.2f} -> {after[judged][-1].rate:.2f} in "
               f"{makings[-1]} makings", file=sys.stderr)
 
-    def row(name: str, normalizer: str, rates, seconds: float) -> str:
+    recordings: dict[str, list] = {n: [] for n in normalizers}  # the corpus voice on the same sentences
+    voice = load_voice()
+    for text, ipa in zip(texts, phonemize_many(texts, voice.config.espeak_voice)):
+        made = voice.synthesize(ipa, item_seed(0, text))
+        heard_text = scorer.score(made.audio, made.sample_rate, text).transcript
+        for n in normalizers:
+            recordings[n].append(word_error(text, heard_text, n))
+
+    def row(name: str, normalizer: str, rates, seconds: float | None = None) -> str:
         agg = aggregate(rates)
         wrong = sum(r.errors > 0 for r in rates)
+        timing = "- | - |" if seconds is None else f"{seconds:.1f} s | {seconds / audio_s:.2f} |"
         return (f"| {name} | {normalizer} | {wrong} / {len(rates)} ({wrong / len(rates):.0%}) | "
-                f"{100 * agg.mean:.1f}% | {100 * agg.pooled:.1f}% | {seconds:.1f} s | {seconds / audio_s:.2f} |")
+                f"{100 * agg.mean:.1f}% | {100 * agg.pooled:.1f}% | {timing}")
 
     lines = [f"`PYTHONPATH=src .venv/bin/python benchmarks/verify_bench.py {shlex.join(argv or sys.argv[1:])}`", "",
              f"{len(texts)} held-out sentences (joe test split, seed {args.seed}), {args.model}; verify: up to "
@@ -90,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---:|---:|---:|---:|---:|"]
     for n in normalizers:
         lines += [row("speak", n, before[n], plain_s),
-                  row(f"speak --verify (tries {args.tries})", n, after[n], verify_s)]
+                  row(f"speak --verify (tries {args.tries})", n, after[n], verify_s),
+                  row("recordings (Piper joe)", n, recordings[n])]
     lines += ["", f"Makings: {sum(makings)} for {len(texts)} sentences ({sum(m > 1 for m in makings)} made "
                   f"again); wall time {verify_s / plain_s:.1f}x that of speak (Whisper's transcriptions included)."]
     text = "\n".join(lines)

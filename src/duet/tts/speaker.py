@@ -43,10 +43,10 @@ The parts of ``speak`` are public for callers that choose between makings of a p
 
 Retiming a piece's audio after generation (timings move with it, so they stay on the samples they were on):
 
-- speed: the shipped models, trained at their natural pace, run ahead of a layout much slower than it (they leave
-  the slack as silence at pauses and at the end), so a speed outside ``followed_speeds`` is made at the nearest speed
-  inside and the audio time-stretched by the rest at its pitch (``duet.tts.wsola``, in the stream), the piece's words
-  scaled by the same factor;
+- speed: the shipped models, trained at their natural pace, follow a layout much faster than it in time but not
+  in clarity (gepard-tiny at speed 2: Whisper WER 76%), so a speed outside ``followed_speeds`` is made at the nearest
+  speed inside and the audio time-stretched by the rest at its pitch (``duet.tts.wsola``, in the stream; at speed 2:
+  WER 37%), the piece's words (the model's own alignment) scaled by the same factor;
 - an SSML break between two words: the layout puts the pause there, and the quiet stretch the model made is then
   fitted to the break's length in its middle (``duet.tts.pause_fit``); such a piece is held until it ends (the
   pause is measured against the piece's loudest frame) and comes as one chunk;
@@ -54,7 +54,8 @@ Retiming a piece's audio after generation (timings move with it, so they stay on
   one (``Chunk.trail``) and at the start of the other (``Chunk.lead``; that piece is held until it ends), and a
   break after the text from the quiet at the end of the last.
 
-``SpeakConfig.fit_pauses`` off leaves pauses as the layout puts them, sized from word to word.
+``SpeakConfig.fit_pauses`` off leaves pauses as the layout puts them, sized from word to word. The server's paths
+(``duet.serve``) drive the runtime themselves and do neither yet: they lay pauses and speeds out only.
 
 Word timings (``duet.tts.timestamps``), for a model whose frames follow a layout of its text (``has_timings``): each
 piece's words come from the layout its runtime hands out with every step and the frames the piece produced, and are
@@ -102,9 +103,10 @@ class SpeakConfig:
     # come before the audio before them has played.
     chunk_frames: int = 4
     max_chunk_frames: int = 32
-    # the speeds a model's frames follow when its layout is scaled (measured on the shipped tiny models,
-    # benchmarks/results/timestamps.md); a speed outside is made at the nearest of these and time-stretched
-    followed_speeds: tuple[float, float] = (0.75, 4.0)
+    # the speeds a model speaks clearly when its layout is scaled (gepard-tiny, benchmarks/results/timestamps.md:
+    # its Whisper WER is 15.8% at 1.25, 34% at 1.5, 76% at 2); a speed outside is made at the nearest of these and
+    # time-stretched. Slower speeds are all laid out: stretching sounded worse there and put the words no closer
+    followed_speeds: tuple[float, float] = (0.0, 1.25)
     # SSML pauses fitted to their length in the audio (duet.tts.pause_fit): a break between words measured and
     # fitted, one between pieces sized from the quiet measured at their edges; else both as the layout puts them
     fit_pauses: bool = True
@@ -230,6 +232,9 @@ class Speaker:
             check_common(request, self.name, self.runtime.traits)
             bounded = replace(request, params=replace(params, max_frames=self.runtime.frame_bound(request)))
             self.runtime.check(bounded)
+            made, _ = self.made_request(bounded)
+            if made is not bounded:  # made at another speed: that one must fit too
+                self.runtime.check(made)
             out.append((bounded, seed + i))
         return out
 
@@ -322,7 +327,8 @@ class Speaker:
     def made_request(self, request: SynthesisRequest) -> tuple[SynthesisRequest, float]:
         """The request the model makes for ``request`` and the factor its audio is then stretched by: a speed
         outside ``followed_speeds`` is made at the nearest one inside (its SSML breaks laid out that much shorter
-        or longer, so that they last their length once stretched); else ``request`` itself and 1."""
+        or longer, so that they last their length once stretched, and bounded for that speed); else ``request``
+        itself and 1."""
         lo, hi = self.config.followed_speeds
         speed = min(max(request.speed, lo), hi)
         if speed == request.speed:
@@ -331,7 +337,8 @@ class Speaker:
         pace = request.pace
         if pace is not None and pace.breaks:
             pace = replace(pace, breaks=tuple((offset, seconds / factor) for offset, seconds in pace.breaks))
-        return replace(request, speed=speed, pace=pace), factor
+        made = replace(request, speed=speed, pace=pace, params=replace(request.params, max_frames=None))
+        return replace(made, params=replace(made.params, max_frames=self.runtime.frame_bound(made))), factor
 
     def piece_chunks(self, index: int, request: SynthesisRequest, seed: int, timed: bool = False) -> Iterator[Chunk]:
         """One piece (``index`` of the text): prefill, then steps until ``settle`` ends it; frames go through the

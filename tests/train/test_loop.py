@@ -24,7 +24,7 @@ from duet.train.loop import FixedBatches, LoopConfig, build_optimizer, train
 from duet.train.metrics import read_metrics
 from duet.train.objectives.gepard import GepardPretrain
 from duet.train.schedule import warmup_cosine
-from process_testing import kill_tree
+from process_testing import free_port, kill_tree
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -198,15 +198,22 @@ def test_bf16_autocast_trains(tmp_path):
 
 def test_ddp_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     steps = 3
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)]), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(HERE / "ddp_worker.py"), str(tmp_path / "ddp"), str(steps)]
+    # Nothing a process before it set for torch.distributed reaches the launch; its store listens on 127.0.0.1.
+    inherited = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in inherited and not k.startswith("TORCHELASTIC")}
+    env |= {"PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)]), "OMP_NUM_THREADS": "1"}
+
+    def launch(run_dir: Path) -> list[str]:  # a fresh port for each launch
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--nproc-per-node", "2",
+                str(HERE / "ddp_worker.py"), str(run_dir), str(steps)]
+
     # The run takes ~10 s; one launch in a few hangs at start-up on this 2-core machine (seen here in 1 of 3
     # launches, before any step), so a launch that has not finished in 90 s is retried in a fresh directory: the
     # equality below is checked on a run that finished, never skipped.
     for attempt in range(3):
         run_dir = tmp_path / f"ddp{attempt}"
-        proc = subprocess.Popen([*cmd[:-2], str(run_dir), str(steps)], env=env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(launch(run_dir), env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             _, stderr = proc.communicate(timeout=90)

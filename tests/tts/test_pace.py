@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import duet
-from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_luna_realtime
+from checkpoint_testing import write_tiny_gepard
 from duet.errors import InvalidRequest
 from duet.text.ssml import parse_ssml
 from duet.tts.pace import MarkedPieces, Pace, gap_seconds, paced_pieces, piece_pace
@@ -21,9 +21,6 @@ from duet.tts.pause_fit import quiet_edges, quiet_runs
 from duet.tts.speaker import Speaker
 from duet.tts.timestamps import scaled
 from duet.tts.wsola import stretch
-
-FAMILIES = ["gepard", "luna", "realtime"]
-
 
 # ---- pieces -----------------------------------------------------------------------------------------------------
 
@@ -99,32 +96,6 @@ def test_the_gap_between_pieces_makes_the_pause_from_word_to_word():
 
 
 # ---- the layout -------------------------------------------------------------------------------------------------
-
-
-def _never_stops(speaker):
-    runtime = speaker.runtime
-    runtime.config = replace(runtime.config, params=replace(runtime.config.params, stop_threshold=0.999999))
-    return speaker
-
-
-@pytest.fixture(scope="module")
-def gepard(tmp_path_factory):
-    return _never_stops(duet.load(write_tiny_gepard(tmp_path_factory.mktemp("gepard"), aligned=True)))
-
-
-@pytest.fixture(scope="module")
-def luna(tmp_path_factory):
-    return duet.load(write_tiny_luna(tmp_path_factory.mktemp("luna"), aligned=True))
-
-
-@pytest.fixture(scope="module")
-def realtime(tmp_path_factory):
-    return duet.load(write_tiny_luna_realtime(tmp_path_factory.mktemp("realtime"), end_bias=-20.0, aligned=True))
-
-
-@pytest.fixture(params=FAMILIES)
-def speaker(request):
-    return request.getfixturevalue(request.param)
 
 
 def _options(speaker) -> dict:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import duet
-from checkpoint_testing import write_tiny_gepard, write_tiny_luna, write_tiny_luna_realtime
+from checkpoint_testing import never_stops, write_tiny_gepard
 from duet.sampling import FrameBound
 from duet.tts.live import speak_live
 from duet.tts.request import SynthesisRequest
@@ -18,34 +18,6 @@ from duet.tts.timestamps import TextLayout, shifted
 
 TEXT = "Hello there, how are you? The quick brown fox."
 WORDS = ["Hello", "there", "how", "are", "you", "The", "quick", "brown", "fox"]
-FAMILIES = ["gepard", "luna", "realtime"]
-
-
-def _never_stops(speaker):
-    """A random stop head may fire at once: with it off, a Gepard piece runs to its bound, past its layout."""
-    runtime = speaker.runtime
-    runtime.config = replace(runtime.config, params=replace(runtime.config.params, stop_threshold=0.999999))
-    return speaker
-
-
-@pytest.fixture(scope="module")
-def gepard(tmp_path_factory):
-    return _never_stops(duet.load(write_tiny_gepard(tmp_path_factory.mktemp("gepard"), aligned=True)))
-
-
-@pytest.fixture(scope="module")
-def luna(tmp_path_factory):
-    return duet.load(write_tiny_luna(tmp_path_factory.mktemp("luna"), aligned=True))
-
-
-@pytest.fixture(scope="module")
-def realtime(tmp_path_factory):  # the end head never fires: a piece runs to its bound (2x predicted + a block)
-    return duet.load(write_tiny_luna_realtime(tmp_path_factory.mktemp("realtime"), end_bias=-20.0, aligned=True))
-
-
-@pytest.fixture(params=FAMILIES)
-def speaker(request):
-    return request.getfixturevalue(request.param)
 
 
 def _options(speaker) -> dict:
@@ -79,7 +51,7 @@ def test_every_step_output_carries_the_layout_the_frames_follow(speaker):
 
 
 def test_a_model_without_aligned_input_has_no_timings(tmp_path):
-    speaker = _never_stops(duet.load(write_tiny_gepard(tmp_path)))
+    speaker = never_stops(duet.load(write_tiny_gepard(tmp_path)))
     speaker.runtime.config = replace(speaker.runtime.config, bound=FrameBound(frames_per_token=0.0, margin_frames=4))
     assert not speaker.has_timings
     assert speaker.speak("Hello there.", seed=0).words is None

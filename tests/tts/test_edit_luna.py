@@ -253,3 +253,14 @@ def test_cli_verify_flags_are_checked_before_loading(luna_dir, tmp_path, capsys)
     assert "--verify-tries goes with --verify" in capsys.readouterr().err
     assert main([*argv, "--verify", "--verify-tries", "0"]) == 2
     assert "verify tries must be in [1, 16]" in capsys.readouterr().err
+
+
+def test_a_recording_at_another_rate_is_edited_as_its_resampling_is(luna_speaker):
+    from duet.audio import resample
+
+    at_16k = resample(_recording(luna_speaker), luna_speaker.sample_rate, 16_000)
+    given = luna_speaker.edit(at_16k, TEXT, (0.2, 0.5), sample_rate=16_000, seed=2, steps=4)
+    resampled = luna_speaker.edit(resample(at_16k, 16_000, luna_speaker.sample_rate), TEXT, (0.2, 0.5), seed=2,
+                                  steps=4)
+    assert torch.equal(given.grid, resampled.grid)
+    np.testing.assert_array_equal(given.speech.audio, resampled.speech.audio)  # spliced into the resampled samples

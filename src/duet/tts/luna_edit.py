@@ -125,13 +125,14 @@ def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
         check_emotion(emotion, luna.name, luna.traits)
     decode = with_overrides(luna.config.decode, steps=steps, temperature=temperature, top_k=top_k,
                             cfg_scale=cfg_scale)
-    audio = check_prompt_audio(audio, what="the recording to edit")
-    seconds = len(audio) / (sample_rate or luna.sample_rate)
+    recording = check_prompt_audio(audio, what="the recording to edit")
+    recording = resample(recording, sample_rate or luna.sample_rate, luna.sample_rate)  # once: encoded and spliced
+    seconds = len(recording) / luna.sample_rate
     frame_rate = luna.codec.frame_rate
     if seconds * frame_rate > luna.config.max_frames:
         raise DuetError(f"the recording is {seconds:.1f} s long; {luna.name} edits at most "
                         f"{luna.config.max_frames / frame_rate:g} s")
-    grid = luna.encode_grid(audio, sample_rate)  # (T, Q)
+    grid = luna.encode_grid(recording)  # (T, Q)
     a, b = span_frames_of(span_seconds, seconds, frame_rate, grid.shape[0])
 
     language = luna.config.language
@@ -150,7 +151,6 @@ def edit_speech(luna: EditableLuna, audio: np.ndarray | torch.Tensor, text: str,
     layout = luna.layout(ids, grid.shape[0] - (b - a) + n)
     result = edit(luna.model, text_ids, grid, (a, b), n, decode, generator=generator,
                   durations=None if layout is None else layout[0])
-    recording = audio if sample_rate in (None, luna.sample_rate) else resample(audio, sample_rate, luna.sample_rate)
     spf = luna.codec.samples_per_frame
     start, new_end = (f * spf for f in result.span)
     joined = splice(recording, luna.decode_grid(result.grid), start, b * spf, new_end,

@@ -189,10 +189,15 @@ def check_verify(args: argparse.Namespace):
         raise DuetError("--verify keeps the best of several makings of a sentence, so nothing can be written "
                         "before a sentence is heard back: drop --stream")
     config = VerifyConfig(max_wer=args.verify_max_wer, tries=args.verify_tries)
+    return config, verify_recogniser(args)
+
+
+def verify_recogniser(args: argparse.Namespace):
+    """The recogniser ``--verify`` hears with, made by the factory the ``duet`` command hands in."""
     make_scorer = getattr(args, "verify_scorer", None)
     if make_scorer is None:
         raise DuetError("--verify needs a speech recogniser; run it through the duet command")
-    return config, make_scorer()
+    return make_scorer()
 
 
 def check_writable(path: Path) -> None:

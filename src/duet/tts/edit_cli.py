@@ -68,13 +68,11 @@ def _check_verify(args: argparse.Namespace):
         if args.verify_tries != 3:
             raise DuetError("--verify-tries goes with --verify")
         return None, None
+    from duet.tts.cli import verify_recogniser
     from duet.tts.verify import VerifyConfig
 
     config = VerifyConfig(tries=args.verify_tries)  # a bad count is a DuetError here, before loading
-    make_scorer = getattr(args, "verify_scorer", None)
-    if make_scorer is None:
-        raise DuetError("--verify needs a speech recogniser; run it through the duet command")
-    return config, make_scorer()
+    return config, verify_recogniser(args)
 
 
 def run_edit(args: argparse.Namespace) -> int:

@@ -164,6 +164,10 @@ def test_lr_multipliers_and_weight_decay_land_in_the_param_groups(tmp_path):
         assert (group["weight_decay"] == 0.0) == (p.ndim < 2 or name in expect and expect[name][1] == 0.0), name
     with pytest.raises(DuetError, match="match no parameter"):
         build_optimizer(model, cfg, {"audio_iface.": 0.5})
+    model.model.embed_tokens.requires_grad_(False)  # a frozen weight leaves the optimizer; its multiplier is no error
+    frozen = build_optimizer(model, cfg, GepardPretrain().lr_multipliers())
+    kept = {id(p) for g in frozen.param_groups for p in g["params"]}
+    assert id(model.model.embed_tokens.weight) not in kept and len(kept) == len(names) - 1
 
     # After a real step, each group's LR is the schedule's times its multiplier.
     train(_model(), GepardPretrain(), FixedBatches(batches(seed=5, count=1)), replace(cfg, max_steps=3), tmp_path,

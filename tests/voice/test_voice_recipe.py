@@ -70,6 +70,25 @@ def test_resume_gives_the_weights_of_an_uninterrupted_run(models, data, tmp_path
     assert info["data"]["splits"]["train"]["clips"] > 0 and info["budget"]["stages"]["train"] > 0
 
 
+@pytest.mark.parametrize("trained", ["heads", "upper"])
+def test_only_the_chosen_weights_move_from_the_base(models, data, tmp_path, trained):
+    base = weights(models[0])
+    voice = weights(train_voice(data, tmp_path / "voice", config(models, trained=trained), progress=False).out)
+    layers = sorted({int(k.split(".")[2]) for k in base if k.startswith("model.layers.")})
+    moving = ("model.norm.", "audio_interface.", "heads.", "duration.")
+    if trained == "upper":
+        moving += tuple(f"model.layers.{i}." for i in layers[-2:])
+    frozen = [k for k in base if not k.startswith(moving)]
+    assert frozen and all(torch.equal(base[k], voice[k]) for k in frozen)
+    for group in moving:
+        assert any(not torch.equal(base[k], voice[k]) for k in base if k.startswith(group)), group
+
+
+def test_unknown_trained_weights_are_refused():
+    with pytest.raises(DuetError, match="unknown trained weights 'middle'"):
+        VoiceTrainConfig(trained="middle")
+
+
 def test_a_changed_data_folder_is_not_resumed(models, tmp_path):
     data = write_pairs(tmp_path / "data", SENTENCES[:8])
     train_voice(data, tmp_path / "voice", config(models), progress=False, stop_at_step=2)

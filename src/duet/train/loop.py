@@ -170,11 +170,11 @@ def param_groups(model: nn.Module, weight_decay: float, multipliers: Mapping[str
     groups: dict[tuple[str, bool], dict] = {}
     hits = dict.fromkeys(multipliers, 0)
     for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
         prefix = next((k for k in multipliers if name.startswith(k)), None)
         if prefix is not None:
-            hits[prefix] += 1
+            hits[prefix] += 1  # frozen parameters count: the prefix still names something
+        if not p.requires_grad:
+            continue
         decay = id(p) not in no_decay
         key = (prefix or "", decay)
         if key not in groups:

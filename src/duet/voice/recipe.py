@@ -45,6 +45,18 @@ from duet.voice.corpus import VoiceDataConfig
 BUILD, REPORT, CURVES = "build", "checks.tsv", "training.png"
 SAMPLING = {"temperature": 0.0, "top_k": 0}  # greedy, as gepard-tiny ships
 CALIBRATION_HORIZON = 1_000_000  # the provisional schedule end while calibrating (the warm-up does not read it)
+# Which of the base model's weights a voice fine-tunes (the rest stay as shipped): every one; the last two
+# transformer layers with the acoustic ends (see ``trained_prefixes``); the acoustic ends alone.
+TRAINED = ("all", "upper", "heads")
+ACOUSTIC_ENDS = ("model.norm.", "audio_interface.", "heads.", "duration.")  # final norm, audio in / out, durations
+
+
+def trained_prefixes(trained: str, num_layers: int) -> tuple[str, ...]:
+    """``VoiceTrainConfig.trained`` -> the parameter-name prefixes that train (``()``: all of them)."""
+    if trained == "all":
+        return ()
+    upper = tuple(f"model.layers.{i}." for i in range(max(0, num_layers - 2), num_layers))
+    return (upper if trained == "upper" else ()) + ACOUSTIC_ENDS
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class VoiceTrainConfig:
     batch_frames: int = 2000  # padded positions per batch, as gepard-tiny trained
     max_batch_size: int = 32
     weight_decay: float = 0.1
+    trained: str = "all"  # which weights train: a key of TRAINED
     val_every_epochs: float = 2.0  # a validation about every this many passes over the training clips
     patience: int = 6  # validations without a lower loss before stopping early (0: never)
     checkpoint_minutes: float = 4.0
@@ -72,6 +85,8 @@ class VoiceTrainConfig:
             raise DuetError(f"--minutes must be positive, got {self.minutes}")
         if self.steps is not None and self.steps < 1:
             raise DuetError(f"--steps must be at least 1, got {self.steps}")
+        if self.trained not in TRAINED:
+            raise DuetError(f"unknown trained weights {self.trained!r}; choose one of: {', '.join(TRAINED)}")
         if not 1 < self.calibration_steps <= self.warmup_steps:
             raise DuetError("calibration_steps must lie in [2, warmup_steps]: the warm-up's learning rates do not "
                             "depend on the run's length, so the steps it times belong to the run")
@@ -396,7 +411,8 @@ def _gepard_config(paths: VoicePaths, cfg: VoiceTrainConfig, base: Path, steps: 
                       log_every=log_every, val_every=val_every, diag_every=0, checkpoint_every=0,
                       checkpoint_minutes=cfg.checkpoint_minutes, patience=cfg.patience, seed=cfg.seed)
     return GepardTrainConfig(model=model, shards=str(paths.codes), manifest=str(paths.manifest),
-                             data=data, loop=loop)
+                             data=data, loop=loop,
+                             trained=trained_prefixes(cfg.trained, model.backbone.num_layers))
 
 
 def _val_every(paths: VoicePaths, cfg: VoiceTrainConfig, base: Path) -> int:

@@ -51,6 +51,7 @@ class GepardTrainConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     bpe_vocab: int = 2048  # with --tokenizer train-bpe
     guided: GuidedAttentionConfig = field(default_factory=GuidedAttentionConfig)  # off unless weight > 0
+    trained: tuple[str, ...] = ()  # parameter-name prefixes that train, the rest frozen; () trains every weight
 
     @property
     def name(self) -> str:
@@ -125,6 +126,8 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
                                 f"not fit {cfg.model.name} ({cfg.model.backbone.num_layers} layers, "
                                 f"{cfg.model.backbone.num_heads} heads)")
             model.model.set_attn_implementation("eager")  # the weights are read (duet.gepard.alignment)
+        if cfg.trained:
+            freeze_except(model, cfg.trained)
         return model
 
     timed = cfg.model.aligned is not None or (cfg.guided.enabled and cfg.guided.target == "aligned")
@@ -134,6 +137,17 @@ def train_gepard(cfg: GepardTrainConfig | None, run_dir: str | Path, *, tokenize
                              init_from=None if resume else init_from, resume=resume,
                              stop_at_step=stop_at_step, max_minutes=max_minutes, threads=threads,
                              progress=progress)
+
+
+def freeze_except(model: GepardModel, prefixes: tuple[str, ...]) -> None:
+    """Freeze every parameter whose name starts with none of ``prefixes`` (the optimizer then skips it: its
+    ``param_groups`` take trainable parameters only). A prefix that names no parameter is refused."""
+    names = [n for n, _ in model.named_parameters()]
+    unknown = [p for p in prefixes if not any(n.startswith(p) for n in names)]
+    if unknown:
+        raise DuetError(f"trained weights {unknown} name no parameter of {model.config.name}")
+    for name, param in model.named_parameters():
+        param.requires_grad_(name.startswith(prefixes))
 
 
 # ---- command line --------------------------------------------------------------------------------------------------

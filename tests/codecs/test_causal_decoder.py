@@ -122,3 +122,29 @@ def test_the_shipped_causal_codec_streams_with_its_state():
     dec = causal.stream_decoder()
     streamed = torch.cat([dec.push(codes[..., :5]), dec.push(codes[..., 5:]), dec.flush()], dim=-1)
     torch.testing.assert_close(streamed, causal.decode(codes).audio, atol=1e-4, rtol=0)
+
+
+def test_a_right_padded_chunk_gives_each_row_its_own_audio_and_state(codec):
+    """Rows of one call with their own valid lengths (the rest junk, not zeros: nothing may read it) give each row
+    what its own chunk alone gives, audio and next state, over two chunks in a row."""
+    dec = codec.decoder
+    spf = codec.samples_per_frame
+    z = codec.quantizer.decode(_codes(codec, 14, 4, batch=3))  # (3, C, 14)
+    junk = codec.quantizer.decode(_codes(codec, 14, 5, batch=3))
+    firsts, seconds = [3, 7, 1], [5, 2, 6]
+    padded, alone = dec.initial_state(3), [dec.initial_state(1) for _ in range(3)]
+    at = [0, 0, 0]
+    for lengths in (firsts, seconds):
+        longest = max(lengths)
+        chunk = junk[..., :longest].clone()  # (3, C, longest)
+        for b, n in enumerate(lengths):
+            chunk[b, :, :n] = z[b, :, at[b] : at[b] + n]
+        audio, padded = dec.stream(chunk, padded, torch.tensor(lengths))
+        assert audio.shape == (3, longest * spf)
+        for b, (n, part) in enumerate(zip(lengths, padded.split([1, 1, 1]))):
+            own, alone[b] = dec.stream(z[b : b + 1, :, at[b] : at[b] + n], alone[b])
+            torch.testing.assert_close(audio[b : b + 1, : n * spf], own, atol=1e-5, rtol=0)
+            for x, y in zip([part.conv_in, *part.frames, *part.sub, part.tail],
+                            [alone[b].conv_in, *alone[b].frames, *alone[b].sub, alone[b].tail], strict=True):
+                torch.testing.assert_close(x, y, atol=1e-5, rtol=0)
+            at[b] += n

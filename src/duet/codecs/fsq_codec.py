@@ -141,13 +141,18 @@ class FSQDecoder(nn.Module):
         return DecoderState(self.conv_in.initial_past(batch), self.frames.initial_pasts(batch),
                             self.sub.initial_pasts(batch), self.head.initial_tail(batch))
 
-    def stream(self, z: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+    def stream(self, z: torch.Tensor, state: DecoderState,
+               lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, DecoderState]:
         """Causal decoders only: chunk (B, C, t) -> (its audio (B, t * samples_per_frame), next state); the
-        chunks' audio joined equals ``forward`` of the whole sequence."""
-        h, conv_in = self.conv_in.stream(z, state.conv_in)
-        h, frames = self.frames.stream(h, state.frames)  # (B, D, t)
-        h, sub = self.sub.stream(depth_to_space(self.up(h), self.cfg.sub_frames), state.sub)  # (B, D_sub, 4t)
-        audio, tail = self.head.stream(h, state.tail)
+        chunks' audio joined equals ``forward`` of the whole sequence. ``lengths`` (B,): each row's valid frames
+        of a right-padded chunk (None: all t); row b's audio is then its first ``lengths[b] * samples_per_frame``
+        samples, and its next state is the one its valid frames alone leave."""
+        r = self.cfg.sub_frames
+        sub_lengths = None if lengths is None else lengths * r
+        h, conv_in = self.conv_in.stream(z, state.conv_in, lengths)
+        h, frames = self.frames.stream(h, state.frames, lengths)  # (B, D, t)
+        h, sub = self.sub.stream(depth_to_space(self.up(h), r), state.sub, sub_lengths)  # (B, D_sub, 4t)
+        audio, tail = self.head.stream(h, state.tail, sub_lengths)  # (B, 4t * hop)
         return audio, DecoderState(conv_in, frames, sub, tail)
 
     @property

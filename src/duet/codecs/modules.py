@@ -13,7 +13,10 @@ Every conv here pads explicitly with zeros, so a block's receptive field (``left
 is exact; chunked decoding relies on that. The causal blocks also run chunk by chunk with a carried state
 (``stream`` methods): a conv keeps its last k - 1 input frames (zeros before the first chunk, which is what the
 causal zero padding reads), the iSTFT head keeps the N - hop samples of overlap-add that later windows still add
-to. Chunks then give exactly the full forward's output, without re-reading any context.
+to. Chunks then give exactly the full forward's output, without re-reading any context. Chunks of several lengths
+run as one batch right-padded to the longest, with each row's valid ``lengths``: a causal output never reads a
+later (padded) input, and each row's carried state is taken at its own end (:func:`take_last`), so every row gets
+what its own chunk alone would have given.
 """
 
 from __future__ import annotations
@@ -86,6 +89,18 @@ class LogMel(nn.Module):
         return torch.log(mel.clamp(min=1e-5))
 
 
+# ---- streaming helpers -----------------------------------------------------------------------------------------
+
+
+def take_last(x: torch.Tensor, n: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """x (B, D, T) -> the n columns (B, D, n) that end each row: at T, or at row b's ``lengths[b]`` (the columns
+    past it are padding); a row's end must be at least n."""
+    if lengths is None:
+        return x[..., x.shape[-1] - n :]
+    index = lengths[:, None] - n + torch.arange(n, device=x.device)  # (B, n)
+    return x.gather(-1, index[:, None, :].expand(-1, x.shape[1], -1))
+
+
 # ---- ConvNeXt -----------------------------------------------------------------------------------------------------
 
 
@@ -124,12 +139,15 @@ class ConvNeXtBlock(nn.Module):
         h = self.pw2(F.gelu(self.pw1(self.norm(h))))
         return x + (self.gamma * h).transpose(1, 2)
 
-    def stream(self, x: torch.Tensor, past: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal blocks only: chunk x (B, D, t), past (B, D, k - 1) -> (output (B, D, t), next past)."""
+    def stream(self, x: torch.Tensor, past: torch.Tensor,
+               lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal blocks only: chunk x (B, D, t), past (B, D, k - 1) -> (output (B, D, t), next past); ``lengths``
+        (B,): each row's valid frames of a right-padded chunk (None: all t)."""
         if self.right:
             raise ValueError("only a causal ConvNeXt block runs chunk by chunk")
         window = torch.cat([past, x], dim=-1)  # (B, D, k - 1 + t)
-        return self._pointwise(x, self.dwconv(window)), window[..., window.shape[-1] - self.left :]
+        ends = None if lengths is None else lengths + self.left
+        return self._pointwise(x, self.dwconv(window)), take_last(window, self.left, ends)
 
     def initial_past(self, batch: int) -> torch.Tensor:
         return self.dwconv.weight.new_zeros(batch, self.dwconv.in_channels, self.left)
@@ -152,11 +170,13 @@ class ConvNeXtStack(nn.Module):
             x = block(x)
         return self.norm(x)
 
-    def stream(self, x: torch.Tensor, pasts: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Causal stacks only: chunk x (B, D, t) and one past per block -> (output, next pasts)."""
+    def stream(self, x: torch.Tensor, pasts: list[torch.Tensor],
+               lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Causal stacks only: chunk x (B, D, t) and one past per block -> (output, next pasts); ``lengths`` as in
+        ``ConvNeXtBlock.stream``."""
         nexts = []
         for block, past in zip(self.blocks, pasts, strict=True):
-            x, past = block.stream(x, past)
+            x, past = block.stream(x, past, lengths)
             nexts.append(past)
         return self.norm(x), nexts
 
@@ -175,12 +195,15 @@ class PaddedConv1d(nn.Conv1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(F.pad(x, (self.left, self.right)))
 
-    def stream(self, x: torch.Tensor, past: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal convs only: chunk x (B, C_in, t), past (B, C_in, k - 1) -> (output (B, C_out, t), next past)."""
+    def stream(self, x: torch.Tensor, past: torch.Tensor,
+               lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal convs only: chunk x (B, C_in, t), past (B, C_in, k - 1) -> (output (B, C_out, t), next past);
+        ``lengths`` (B,): each row's valid frames of a right-padded chunk (None: all t)."""
         if self.right:
             raise ValueError("only a causal conv runs chunk by chunk")
-        window = torch.cat([past, x], dim=-1)
-        return super().forward(window), window[..., window.shape[-1] - self.left :]
+        window = torch.cat([past, x], dim=-1)  # (B, C_in, k - 1 + t)
+        ends = None if lengths is None else lengths + self.left
+        return super().forward(window), take_last(window, self.left, ends)
 
     def initial_past(self, batch: int) -> torch.Tensor:
         return self.weight.new_zeros(batch, self.in_channels, self.left)
@@ -249,18 +272,28 @@ class ISTFTHead(nn.Module):
         """x (B, D, F) -> windowed synthesis frames (B, F, N)."""
         return torch.fft.irfft(self.spectrum(x), n=self.n_fft, dim=-1) * self.window
 
-    def stream(self, x: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def stream(self, x: torch.Tensor, tail: torch.Tensor,
+               lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Causal layout only: chunk x (B, D, f), tail (B, N - hop) -> (audio (B, f * hop), next tail).
 
         After frames [0, F) every sample before F * hop is final (a later window starts at or after it); the
-        N - hop samples beyond it hold the partial sums that the next chunk's windows complete."""
+        N - hop samples beyond it hold the partial sums that the next chunk's windows complete. ``lengths`` (B,):
+        each row's valid frames of a right-padded chunk (None: all f); row b's audio is then its first
+        ``lengths[b] * hop`` samples, and its padded frames add nothing to its tail."""
         if self.layout != "causal":
             raise ValueError("only the causal iSTFT layout runs chunk by chunk")
         f = x.shape[-1]
-        y = overlap_add(self._frames(x), self.hop, 0, (f - 1) * self.hop + self.n_fft)  # (B, (f - 1) * hop + N)
+        frames = self._frames(x)  # (B, f, N)
+        if lengths is not None:  # silence the padded frames: their windows would reach into the row's tail
+            valid = torch.arange(f, device=x.device)[None, :] < lengths[:, None]  # (B, f)
+            frames = frames * valid[..., None]
+        y = overlap_add(frames, self.hop, 0, (f - 1) * self.hop + self.n_fft)  # (B, (f - 1) * hop + N)
         y = torch.cat([y[:, : tail.shape[-1]] + tail, y[:, tail.shape[-1] :]], dim=-1)
         done = f * self.hop
-        return y[:, :done] / self.envelope, y[:, done:]
+        if lengths is None:
+            return y[:, :done] / self.envelope, y[:, done:]
+        ends = lengths * self.hop + tail.shape[-1]  # each row's tail ends N - hop samples past its last frame's hop
+        return y[:, :done] / self.envelope, take_last(y[:, None], tail.shape[-1], ends)[:, 0]
 
     def initial_tail(self, batch: int) -> torch.Tensor:
         return self.proj.weight.new_zeros(batch, self.n_fft - self.hop)

@@ -13,12 +13,20 @@ window lengths may pick different conv kernels); there is no cross-fade region.
 ``StatefulStreamDecoder`` is for a causal decoder that runs chunk by chunk with a carried state (duet-fsq with
 ``causal_decoder``): each pushed chunk is decoded once, without context, and all of its audio is final at once.
 
-:func:`push_many` pushes to many streams of one codec at once (a serving engine's step): the windows of equal
-length go through ``decode_window`` as one batch (one call's overhead instead of many: what matters on a GPU; on a
-CPU duet-fsq's decode is arithmetic-bound, measured 19 ms per 39-frame window alone or in a batch of 32, so there
-the engine's larger chunks are what save time). Streams are grouped by the ``batch_key`` their codec gave them and
-by window length, so nothing is padded and each stream's audio is what its own ``push`` (and ``flush``, for a
-stream that ends) would have returned.
+:func:`push_many` pushes to many streams of one codec at once (a serving engine's step), each stream's audio what
+its own ``push`` (and ``flush``, for a stream that ends) would have returned, up to float rounding (one call's
+kernels over another batch shape):
+
+- context windows of equal length go through ``decode_window`` as one batch, nothing padded (one call's overhead
+  instead of many: what matters on a GPU; on a CPU duet-fsq's decode is arithmetic-bound, measured 19 ms per
+  39-frame window alone or in a batch of 32, and a window is mostly context, so padding would only add work);
+- stateful chunks go through ``decode_chunk`` as one batch per group that :func:`pad_groups` picks: chunks of
+  several lengths right-padded to the longest of their group, with each row's valid length, when the calls that
+  saves cost more than the padded frames (``StatefulStreamDecoder.call_frames``; a causal decoder's row never reads
+  its padding, and its next state is taken at its own end). A serving engine's chunks grow 1, 2, 4, 8, 16 frames, so
+  streams that started at different steps push chunks of different lengths in the same step.
+
+Streams are grouped by the ``batch_key`` their codec gave them (and the shape of a frame) first.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Callable, Protocol
 
 import torch
+import torch.nn.functional as F
 
 
 class ContextStreamDecoder:
@@ -97,13 +106,22 @@ class ChunkState(Protocol):
 
 class StatefulStreamDecoder:
     """Implements ``duet.codecs.base.StreamDecoder`` for a causal ``decode_chunk(codes (B,K,t), state) -> (audio
-    (B, t*spf), next state)`` whose joined chunks equal the full decode; ``initial_state(B)`` starts a stream."""
+    (B, t*spf), next state)`` whose joined chunks equal the full decode; ``initial_state(B)`` starts a stream.
 
-    def __init__(self, decode_chunk: Callable[[torch.Tensor, Any], tuple[torch.Tensor, ChunkState]],
+    ``call_frames`` > 0 says that ``decode_chunk`` also takes right-padded chunks, ``decode_chunk(codes, state,
+    lengths (B,))`` (row b's audio is its first ``lengths[b] * spf`` samples, its next state the one its valid
+    frames leave), and what one call costs beyond its frames, in frame-rows of decoding: :func:`push_many` pads a
+    shorter chunk into a longer one's call when that saves more calls than it adds padded frames. 0: chunks of one
+    length per call."""
+
+    def __init__(self, decode_chunk: Callable[..., tuple[torch.Tensor, ChunkState]],
                  initial_state: Callable[[int], ChunkState],
-                 check: Callable[[torch.Tensor], torch.Tensor] | None = None, batch_key: Hashable | None = None):
+                 check: Callable[[torch.Tensor], torch.Tensor] | None = None, batch_key: Hashable | None = None,
+                 call_frames: float = 0.0):
+        if call_frames < 0:
+            raise ValueError(f"call_frames must be >= 0, got {call_frames}")
         self.decode_chunk, self.initial_state = decode_chunk, initial_state
-        self.check, self.batch_key = check, batch_key
+        self.check, self.batch_key, self.call_frames = check, batch_key, call_frames
         self._state: ChunkState | None = None
         self._batch = 1
 
@@ -134,35 +152,73 @@ class StatefulStreamDecoder:
         return out
 
 
+def pad_groups(lengths: Sequence[int], call_frames: float) -> list[list[int]]:
+    """Chunks of ``lengths`` frames (one row each) -> the indices of each decode call's chunks, every call padded to
+    its longest chunk, such that calls x ``call_frames`` + the frames decoded (padding included) is least; 0: one
+    call per distinct length, nothing padded.
+
+    Only runs of the lengths in sorted order need trying: moving a chunk into the call whose longest chunk is the
+    shortest that still holds it never costs more (it is padded to a shorter length there), so some cheapest
+    grouping is made of such runs. A dynamic programme over the distinct lengths finds it (cheapest grouping of the
+    j shortest, for each j). Indices keep their order within a call."""
+    distinct = sorted(set(lengths))
+    rows = [0]  # rows[j]: chunks of the j shortest distinct lengths
+    for n in distinct:
+        rows.append(rows[-1] + sum(1 for x in lengths if x == n))
+    best = [0.0] + [float("inf")] * len(distinct)  # best[j]: least cost of the j shortest distinct lengths
+    cut = [0] * (len(distinct) + 1)  # cut[j]: where the last call of best[j] starts
+    for j in range(1, len(distinct) + 1):
+        for i in range(j):  # the last call holds distinct lengths i .. j - 1, padded to distinct[j - 1]
+            cost = best[i] + call_frames + (rows[j] - rows[i]) * distinct[j - 1]
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], len(distinct)
+    while j:
+        members = set(distinct[cut[j] : j])
+        groups.append([k for k, n in enumerate(lengths) if n in members])
+        j = cut[j]
+    return groups[::-1]
+
+
 def _push_stateful(streams: list[tuple[int, StatefulStreamDecoder, torch.Tensor]],
                    out: list[torch.Tensor | None]) -> None:
-    """One ``decode_chunk`` call for streams of one codec whose chunks have one shape; states batched."""
+    """One ``decode_chunk`` call for chunks (B_i, K, t_i) of one codec: right-padded to the longest (with code 0, a
+    valid code; nothing reads it) with each row's valid length when the t_i differ; states batched."""
+    lengths = [c.shape[-1] for _, _, c in streams]
+    longest = max(lengths)
+    codes = torch.cat([F.pad(c, (0, longest - c.shape[-1])) for _, _, c in streams])  # (sum of B_i, K, longest)
     states = [dec._state for _, dec, _ in streams]
-    audio, state = streams[0][1].decode_chunk(torch.cat([c for _, _, c in streams]), type(states[0]).cat(states))
+    state = type(states[0]).cat(states)
     sizes = [c.shape[0] for _, _, c in streams]
-    for (i, dec, _), piece, part in zip(streams, audio.split(sizes), state.split(sizes)):
-        dec._state, out[i] = part, piece
+    if min(lengths) == longest:
+        audio, state = streams[0][1].decode_chunk(codes, state)  # (sum of B_i, longest * spf)
+    else:
+        rows = torch.tensor([n for n, b in zip(lengths, sizes) for _ in range(b)])  # (sum of B_i,)
+        audio, state = streams[0][1].decode_chunk(codes, state, rows)
+    spf = audio.shape[-1] // longest
+    for (i, dec, _), n, piece, part in zip(streams, lengths, audio.split(sizes), state.split(sizes)):
+        dec._state, out[i] = part, piece[:, : n * spf]
 
 
 def push_many(decoders: Sequence, codes: Sequence[torch.Tensor],
               final: Sequence[bool] | None = None) -> list[torch.Tensor]:
     """``[d.push(c) for d, c in zip(decoders, codes)]``, where ``final[i]`` makes stream i's entry
     ``push(c)`` + ``flush()`` (its sequence ends with these codes; one decode, not two), with one ``decode_window``
-    call per group of streams that share a ``batch_key`` and a window shape; other decoders (no key, another
-    class) are pushed one by one."""
+    call per group of streams that share a ``batch_key`` and a window shape (context decoders) or a group that
+    :func:`pad_groups` picks (stateful decoders); other decoders (no key, another class) are pushed one by one."""
     final = [False] * len(decoders) if final is None else list(final)
     if not len(decoders) == len(codes) == len(final):
         raise ValueError(f"{len(decoders)} decoders, {len(codes)} code chunks and {len(final)} final flags")
     out: list[torch.Tensor | None] = [None] * len(decoders)
     groups: dict[tuple, list[tuple[int, int]]] = {}  # (key, window shape) -> [(stream index, frames to emit)]
-    stateful: dict[tuple, list[tuple[int, StatefulStreamDecoder, torch.Tensor]]] = {}  # (key, chunk shape) -> ...
+    stateful: dict[tuple, list[tuple[int, StatefulStreamDecoder, torch.Tensor]]] = {}  # (key, frame shape) -> ...
     for i, (dec, chunk, end) in enumerate(zip(decoders, codes, final)):
         if isinstance(dec, StatefulStreamDecoder) and dec.batch_key is not None:
             prepared = dec._prepare(chunk)
             if prepared is None:
                 out[i] = dec._nothing()
             else:
-                stateful.setdefault((dec.batch_key, tuple(prepared.shape[1:])), []).append((i, dec, prepared))
+                stateful.setdefault((dec.batch_key, tuple(prepared.shape[1:-1])), []).append((i, dec, prepared))
             continue
         if not isinstance(dec, ContextStreamDecoder) or dec.batch_key is None:
             audio = dec.push(chunk)
@@ -188,7 +244,8 @@ def push_many(decoders: Sequence, codes: Sequence[torch.Tensor],
             if final[i]:
                 dec._reset()
     for streams in stateful.values():
-        _push_stateful(streams, out)
+        for call in pad_groups([c.shape[-1] for _, _, c in streams], streams[0][1].call_frames):
+            _push_stateful([streams[k] for k in call], out)
     for i, dec in enumerate(decoders):
         if final[i] and isinstance(dec, StatefulStreamDecoder) and dec.batch_key is not None:
             dec.flush()

@@ -73,17 +73,23 @@ class TrainedCodec(nn.Module):
         """Whether the decoder streams chunk by chunk with a carried state (a causal decoder that supports it)."""
         return False
 
+    # What one batched call of a stateful decoder costs beyond its frames, in frame-rows of decoding (push_many pads
+    # chunks of other lengths into one call when that is cheaper): duet-fsq-causal on one CPU thread took 6.1, 28.4
+    # and 107 ms for 1, 8 and 32 chunks of 16 frames (benchmarks/results/batch_scaling.md), about 2.5 ms a call and
+    # 0.2 ms a frame-row. ``benchmarks/codec_batching.py`` fits it again on other hardware.
+    stream_call_frames: float = 12.0
+
     def stream_decoder(self) -> ContextStreamDecoder | StatefulStreamDecoder:
         """Chunked decoding equal to ``decode``: a decoder that carries its state decodes each chunk once; others
         re-decode context (a causal one is frame-synchronous there too: right context 0)."""
         if self.carries_decoder_state:
             @torch.inference_mode()
-            def chunk(codes: torch.Tensor, state):
-                audio, state = self.decoder.stream(self.quantizer.decode(codes), state)
+            def chunk(codes: torch.Tensor, state, lengths: torch.Tensor | None = None):
+                audio, state = self.decoder.stream(self.quantizer.decode(codes), state, lengths)
                 return audio.clamp(-1.0, 1.0), state
 
             return StatefulStreamDecoder(chunk, self.decoder.initial_state, check=self.check_codes,
-                                         batch_key=id(self))
+                                         batch_key=id(self), call_frames=self.stream_call_frames)
         left, right = self.decoder_context
 
         @torch.inference_mode()

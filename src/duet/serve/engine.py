@@ -8,9 +8,10 @@ runtime.max_frames)`` unless it sets ``max_frames``), prefills it once and steps
 2. admits queued requests while slots and the cache budget allow (``scheduler.py``) and prefills them;
 3. advances every running request by one step (``runtime.step``), so requests join and leave the batch at any step,
    each with its own sampling parameters, seed, cache and length bound;
-4. hands each request's new frames, once they make a chunk, to the codec thread (``decode_worker.py``), which decodes
-   them with the request's own stream decoder, batched across requests, and hands the audio to its consumer while
-   the engine thread goes on with the next step.
+4. hands each request's new frames, once they make a chunk, to the codec thread (``decode_worker.py``), all of the
+   step's chunks in one message, which decodes them with each request's own stream decoder, batched across requests
+   (chunks of several lengths in one call where the codec allows it), and hands the audio to its consumer while the
+   engine thread goes on with the next step.
 
 Chunks: a request's frames go to its decoder ``chunk_frames`` at a time until its decoder gives audio (after the
 codec's look-ahead, ``decode_worker.lookahead_frames``), then in chunks that double up to ``max_chunk_frames``. The
@@ -90,7 +91,7 @@ class EngineConfig:
     wide_step_threads: int | None = None
     wide_step_positions: int = 256
     cost: CostConfig = CostConfig()  # admission by estimated cost (cost.py)
-    decode_backlog: int = 256  # chunks queued for the codec thread before the engine thread waits for it
+    decode_backlog: int = 256  # chunks (and ends) queued for the codec thread before the engine thread waits for it
 
     def __post_init__(self) -> None:
         if not (self.time_budget_s > 0 and self.time_budget_per_audio_s >= 0):
@@ -465,14 +466,15 @@ class Engine:
         if not slots:
             return
         self._steps += 1
-        for slot, out in zip(slots, outs):
-            slot.steps_left -= 1
-            verdict = self._advance(slot, out)
-            if verdict == "chunk":
-                self._push(slot, flush=False)
-            elif verdict in ("stop", "bound"):
-                self._push(slot, flush=True)  # its last frames, then its end
-                self._close(slot, verdict)
+        with self._codec.tick():  # the step's chunks and ends reach the codec thread together: one batched decode
+            for slot, out in zip(slots, outs):
+                slot.steps_left -= 1
+                verdict = self._advance(slot, out)
+                if verdict == "chunk":
+                    self._push(slot, flush=False)
+                elif verdict in ("stop", "bound"):
+                    self._push(slot, flush=True)  # its last frames, then its end
+                    self._close(slot, verdict)
 
     def _isolated(self, slots: list[_Slot], call, what: str) -> tuple[list, list[_Slot]]:
         """``call(slots)`` for the batch; if it raises, once per slot alone, so that one request's failure ends

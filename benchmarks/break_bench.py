@@ -6,7 +6,7 @@ where the text has no punctuation (so the comma ``duet.tts.pace`` puts there is 
 model (seed = ``--seed`` + i) in two ways:
 
 - durations: ``<speak>... <break time="T"/> ...</speak>``, the pause token's frames in the layout (``duet.tts.pace``),
-  the audio as the model made it (``SpeakConfig.fit_pauses`` off);
+  the audio as the model made it (``RetimeConfig.fit_pauses`` off);
 - fitted: the same, then the quiet stretch the model made fitted to T in its middle (``duet.tts.pause_fit``, the
   default);
 - splice: the same text with the comma and no break, then silence spliced into the middle of the quiet stretch
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     speaker = duet.load(args.model)
-    laid = Speaker(speaker.runtime, replace(speaker.config, fit_pauses=False))  # pauses as the layout puts them
+    # pauses as the layout puts them
+    laid = Speaker(speaker.runtime, replace(speaker.config, retime=replace(speaker.config.retime, fit_pauses=False)))
     rate = speaker.sample_rate
     targets = [float(x) for x in args.breaks.split(",")]
     texts = [t for t in held_out_sentences(args.n * 2, args.seed) if break_place(t) is not None][: args.n]

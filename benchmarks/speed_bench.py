@@ -3,7 +3,7 @@
 N held-out sentences (``timestamps_bench.held_out_sentences``), sentence i seeded ``--seed`` + i, spoken at each of
 ``--speeds`` in these ways:
 
-- layout: the model's own durations scaled by the speed (``SpeakConfig.followed_speeds`` wide open);
+- layout: the model's own durations scaled by the speed (``RetimeConfig.followed_speeds`` wide open);
 - wsola from G: made at speed G (layout), then time-stretched by G / speed at its pitch with duet's WSOLA
   (``duet.tts.wsola``): what the Speaker does for a speed outside ``followed_speeds`` whose nearer end is G, the
   same audio (``tests/tts/test_pace.py``);
@@ -49,12 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     from duet.metrics.asr import Transcriber
     from duet.metrics.dnsmos import DNSMOS
     from duet.metrics.wer import aggregate, word_error
+    from duet.tts.retime import RetimeConfig
     from duet.tts.wsola import stretch
 
     if args.threads:
         torch.set_num_threads(args.threads)
     speaker = duet.load(args.model)
-    speaker.config = replace(speaker.config, followed_speeds=(0.0, float("inf")))  # every speed laid out
+    every_speed = RetimeConfig(followed_speeds=(0.0, float("inf")))  # every speed laid out
+    speaker.config = replace(speaker.config, retime=every_speed)
     rate = speaker.sample_rate
     texts = held_out_sentences(args.n, args.seed)
     speeds = [float(x) for x in args.speeds.split(",")]

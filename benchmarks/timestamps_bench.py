@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads")
     p.add_argument("--followed", default=None, metavar="LOW,HIGH",
                    help="the speeds a model lays out; others are made at the nearest and time-stretched "
-                        "(default: SpeakConfig.followed_speeds; 0,inf: every speed laid out)")
+                        "(default: RetimeConfig.followed_speeds; 0,inf: every speed laid out)")
     p.add_argument("--out", default=None, help="also write the table (markdown) here")
     args = p.parse_args(argv)
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         speaker = duet.load(name)
         if args.followed is not None:
             low, high = (float(x) for x in args.followed.split(","))
-            speaker.config = replace(speaker.config, followed_speeds=(low, high))
+            speaker.config = replace(speaker.config, retime=replace(speaker.config.retime, followed_speeds=(low, high)))
         if not speaker.has_timings:
             raise SystemExit(f"{name} reports no word timings")
         tokenizers[name], frame_rates[name] = speaker.runtime.tokenizer, speaker.codec.frame_rate
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 forced.setdefault((*m, sub), []).append(w)
 
     frame_ms = 1000 / next(iter(frame_rates.values()))
-    low, high = speaker.config.followed_speeds
+    low, high = speaker.config.retime.followed_speeds
     followed = f"[{low:g}, {high:g}]"
     lines = [f"`PYTHONPATH=src .venv/bin/python benchmarks/timestamps_bench.py {shlex.join(argv or sys.argv[1:])}`",
              "", f"{len(texts)} held-out sentences (joe test split, seed {args.seed}); speeds outside "

@@ -1,15 +1,17 @@
 """Word timings, SSML and verification on every HTTP path (``duet.serve.api``, ``duet.serve.text_stream``), on
 randomly initialised aligned micro models: the ``json`` format's shape, the SSE timestamps events (together the
 ``json`` words, exactly), the WebSocket's (the words ``duet speak --stdin-stream`` writes for the same text and
-seed), malformed SSML on every path, and ``verify`` with a fake recogniser."""
+seed), SSML breaks fitted to their length in the audio and speeds above what the model follows stretched on every
+path as ``duet speak`` does (``duet.tts.retime``), malformed SSML on every path, and ``verify`` with a fake
+recogniser. Random weights make noise with no quiet stretch in it, so a fitted break is silence spliced into the
+layout's pause: the pause measured in the audio is the break, and the words after it move by it."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from fastapi.testclient import TestClient
 
 import duet
 from checkpoint_testing import write_tiny_gepard, write_tiny_luna
+from duet.serve import audio_io
 from duet.serve.api import ServeConfig, create_app
 from duet.serve.engine import Engine, EngineConfig
 from duet.serve.mock import MockRuntime
@@ -103,13 +106,14 @@ def test_json_is_audio_with_its_word_timings(served, family):
     assert np.array_equal(streamed, audio)
 
 
+@pytest.mark.parametrize("speed", [1.0, 2.0])  # 2: made at 1.25, the audio and words stretched as they go out
 @pytest.mark.parametrize("family", ["gepard", "luna"])
-def test_sse_timestamps_events_are_the_json_words_as_the_audio_goes_out(served, family):
+def test_sse_timestamps_events_are_the_json_words_as_the_audio_goes_out(served, family, speed):
     client, _ = served
     model = _models(client)[family]
-    whole = client.post("/v1/audio/speech", json=_body(model, response_format="json")).json()
+    whole = client.post("/v1/audio/speech", json=_body(model, response_format="json", speed=speed)).json()
     events = _sse(client.post("/v1/audio/speech", json=_body(model, response_format="pcm", stream_format="sse",
-                                                              timestamps=True)))
+                                                              timestamps=True, speed=speed)))
     assert [e["type"] for e in events][-1] == "speech.audio.done"
     stamped = [e for e in events if e["type"] == "speech.audio.timestamps"]
     assert stamped and all(set(e) == {"type", "words"} for e in stamped)
@@ -170,7 +174,8 @@ def test_ssml_breaks_are_in_the_words_and_a_trailing_one_in_the_audio(served):
     ssml = '<speak>Hello there <break time="800ms"/> how are you?<break time="2s"/></speak>'
     paused = client.post("/v1/audio/speech", json=_body(model, input=ssml, response_format="json")).json()
     words = {w["word"]: w for w in paused["words"]}
-    assert words["how"]["start"] - words["there"]["end"] == pytest.approx(0.8, abs=0.05)
+    # the layout's 0.8 s of pause, and the 0.8 s of silence the fit spliced into it
+    assert words["how"]["start"] - words["there"]["end"] == pytest.approx(1.6, abs=0.05)
     assert paused["duration"] - paused["words"][-1]["end"] >= 2.0 - 1e-3
     assert paused["duration"] > plain["duration"] + 1.0
     events = _sse(client.post("/v1/audio/speech", json=_body(model, input=ssml, response_format="pcm",
@@ -178,6 +183,88 @@ def test_ssml_breaks_are_in_the_words_and_a_trailing_one_in_the_audio(served):
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
     assert len(pcm) // 2 / paused["sample_rate"] == pytest.approx(paused["duration"], abs=1e-3)
     assert events[-1]["duet"]["audio_seconds"] == pytest.approx(paused["duration"], abs=1e-3)
+
+
+BREAKS = {"within a sentence": '<speak>Hello there <break time="{ms}ms"/> how are you?</speak>',
+          "between sentences": '<speak>Hello there. <break time="{ms}ms"/> How are you?</speak>'}
+
+
+def _break_body(model: str, seconds: float, where: str, **fields) -> dict:
+    """A request with one break between "there" and "how"; a Gepard runs to its frame bound (its stop head off),
+    so every word is spoken."""
+    body = _body(model, input=BREAKS[where].format(ms=round(seconds * 1000)), **fields)
+    body.pop("max_frames", None)
+    return body
+
+
+def _check_break(pcm: bytes, rate: int, words: list[dict], seconds: float) -> None:
+    """The pause between "there" and "how" in the audio (16-bit PCM), by ``break_bench``'s energy threshold, is the
+    break to within 60 ms; the words are in order, inside the audio."""
+    from duet.eval.pauses import pause_at
+
+    audio = np.frombuffer(pcm, "<i2").astype(np.float32) / 32767.0
+    times = [t for w in words for t in (w["start"], w["end"])]
+    assert times == sorted(times) and times[0] >= 0.0 and times[-1] <= len(audio) / rate + 1e-3
+    for w in words:
+        assert all(w["start"] <= p["start"] <= p["end"] <= w["end"] for p in w["phones"])
+    by = {w["word"].lower(): w for w in words}
+    assert pause_at(audio, rate, by["there"]["end"], by["how"]["start"]) == pytest.approx(seconds, abs=0.06)
+
+
+@pytest.mark.parametrize("where", list(BREAKS))
+@pytest.mark.parametrize("seconds", [0.3, 1.0])
+@pytest.mark.parametrize("family", ["gepard", "luna"])
+def test_a_break_lasts_its_length_in_the_json_audio(served, family, seconds, where):
+    client, _ = served
+    body = client.post("/v1/audio/speech", json=_break_body(_models(client)[family], seconds, where,
+                                                            response_format="json")).json()
+    audio, rate = sf.read(io.BytesIO(base64.b64decode(body["audio"])), dtype="int16")
+    assert body["duration"] == pytest.approx(len(audio) / rate, abs=1e-3)
+    _check_break(audio.astype("<i2").tobytes(), rate, body["words"], seconds)
+
+
+@pytest.mark.parametrize("where", list(BREAKS))
+@pytest.mark.parametrize("seconds", [0.3, 1.0])
+@pytest.mark.parametrize("family", ["gepard", "luna"])
+def test_a_break_lasts_its_length_in_the_sse_audio(served, family, seconds, where):
+    client, _ = served
+    events = _sse(client.post("/v1/audio/speech", json=_break_body(_models(client)[family], seconds, where,
+                                                                   response_format="pcm", stream_format="sse",
+                                                                   timestamps=True)))
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    done = events[-1]
+    assert done["type"] == "speech.audio.done"
+    rate = done["duet"]["sample_rate"]
+    assert done["duet"]["audio_seconds"] == pytest.approx(len(pcm) // 2 / rate, abs=1e-3)
+    words = [w for e in events if e["type"] == "speech.audio.timestamps" for w in e["words"]]
+    _check_break(pcm, rate, words, seconds)
+
+
+@pytest.mark.parametrize("where", list(BREAKS))
+@pytest.mark.parametrize("seconds", [0.3, 1.0])
+@pytest.mark.parametrize("family", ["gepard", "luna"])
+def test_a_break_lasts_its_length_in_the_websocket_audio(served, family, seconds, where):
+    client, _ = served
+    start = {k: v for k, v in _break_body(_models(client)[family], seconds, where).items() if k != "input"}
+    events = _session(client, {**start, "timestamps": True}, BREAKS[where].format(ms=round(seconds * 1000)))
+    assert events[-1]["type"] == "session.done" and events[-1]["reason"] == "done", events[-2:]
+    pcm, rate = _session_pcm(events), events[0]["sample_rate"]
+    assert events[-1]["audio_seconds"] == pytest.approx(len(pcm) // 2 / rate, abs=1e-3)
+    words = [w for e in events if e["type"] == "piece.timestamps" for w in e["words"]]
+    _check_break(pcm, rate, words, seconds)
+
+
+def test_the_speech_route_makes_what_duet_speak_makes(served, dirs):
+    """A break inside the text, a break after it and a speed above 1.25 (made at 1.25, then stretched): the json
+    response and ``duet speak`` give the same samples and the same words."""
+    client, _ = served
+    text = '<speak>Hello there <break time="300ms"/> how are you?<break time="1s"/></speak>'
+    body = client.post("/v1/audio/speech", json=_body(_models(client)["luna"], input=text, speed=2.0,
+                                                      response_format="json")).json()
+    audio, _ = sf.read(io.BytesIO(base64.b64decode(body["audio"])), dtype="int16")
+    speech = duet.load(dirs["luna"]).speak(text, seed=5, steps=2, speed=2.0)
+    assert audio.astype("<i2").tobytes() == audio_io.pcm16(speech.audio)
+    assert body["words"] == _json_words(speech.words)
 
 
 def test_plain_input_with_markup_characters_is_spoken_as_text(served):
@@ -232,6 +319,8 @@ def test_verify_is_refused_with_sse_and_without_a_recogniser(served, dirs):
 
 
 def _session(client, start: dict, text: str, step: int = 3) -> list[dict]:
+    """Every event of a session that sends ``text`` in deltas of ``step`` characters; a binary message is an event
+    ``{"type": "audio", "samples", "pcm"}``."""
     events = []
     with client.websocket_connect(ROUTE) as ws:
         ws.send_json({"type": "session.start", **start})
@@ -244,29 +333,37 @@ def _session(client, start: dict, text: str, step: int = 3) -> list[dict]:
         while True:
             message = ws.receive()
             if message.get("text") is None:
-                events.append({"type": "audio", "samples": len(message["bytes"]) // 2})
+                events.append({"type": "audio", "samples": len(message["bytes"]) // 2, "pcm": message["bytes"]})
                 continue
             events.append(json.loads(message["text"]))
             if events[-1]["type"] == "session.done":
                 return events
 
 
-@pytest.mark.parametrize("text", [TEXT, '<speak>Hello there, <break time="700ms"/> how are you? <break time="1s"/>'
-                                        ' The <prosody rate="slow">quick brown</prosody> fox jumps.</speak>'])
-def test_websocket_timestamps_are_the_words_duet_speak_writes(served, dirs, text):
+@pytest.mark.parametrize("text, speed", [
+    (TEXT, 1.0),
+    ('<speak>Hello there, <break time="700ms"/> how are you? <break time="1s"/> The <prosody rate="slow">quick '
+     'brown</prosody> fox <break time="300ms"/> jumps.<break time="500ms"/></speak>', 1.0),
+    ('<speak>Hello there <break time="300ms"/> how are you? <break time="1s"/> The quick fox.</speak>', 2.0),
+])
+def test_websocket_timestamps_and_audio_are_duet_speaks(served, dirs, text, speed):
+    """Pauses fitted in the audio (within a piece and between pieces) and a speed made at 1.25 and stretched, on
+    the WebSocket as in ``duet speak --stdin-stream``: the same words and the same samples."""
     client, _ = served
     model = _models(client)["luna"]
-    events = _session(client, {"model": model, "seed": 9, "steps": 2, "timestamps": True}, text)
+    events = _session(client, {"model": model, "seed": 9, "steps": 2, "speed": speed, "timestamps": True}, text)
     assert events[-1]["type"] == "session.done" and events[-1]["reason"] == "done", events[-2:]
     streamed = [w for e in events if e["type"] == "piece.timestamps" for w in e["words"]]
     speaker = duet.load(dirs["luna"])
-    # the server lays pauses and speeds out only; duet speak also fits them in the audio (duet.tts.pause_fit)
-    speaker.config = replace(speaker.config, fit_pauses=False, followed_speeds=(0.0, math.inf))
     words, samples = [], []
     speak_live(speaker, [text[i:i + 3] for i in range(0, len(text), 3)], samples.append, seed=9, words=words,
-               steps=2)
-    assert streamed == [{**w, "phones": w["phones"]} for w in _json_words(words)]
-    assert sum(e["samples"] for e in events if e["type"] == "audio") == sum(len(s) for s in samples)
+               steps=2, speed=speed)
+    assert streamed == _json_words(words)
+    assert _session_pcm(events) == audio_io.pcm16(np.concatenate(samples))
+
+
+def _session_pcm(events: list[dict]) -> bytes:
+    return b"".join(e["pcm"] for e in events if e["type"] == "audio")
 
 
 def _json_words(words):

@@ -32,12 +32,13 @@ from duet.luna.shipped import load_luna
 from duet.sampling import SamplingParams
 from duet.serve.api import create_app
 from duet.serve.cli import FAMILIES
-from duet.serve.engine import Engine
+from duet.serve.engine import Engine, EngineConfig
 from duet.serve.errors import InvalidRequest
 from duet.text.prompts import luna_prompt
 from duet.tts import load_runtime
 from duet.tts.luna import LunaRuntime
 from duet.tts.request import SynthesisRequest
+from duet.tts.retime import RetimeConfig
 from duet.tts.runtime import FamilyRuntime, check_request
 
 SHORT, MID, LONG = "Good morning.", "Hello there, how are you?", "The quick brown fox jumps over the lazy dog."
@@ -131,7 +132,8 @@ def test_speed_temperature_top_k_and_max_frames_are_honoured(runtime, reference,
     assert runtime.frame_bound(fast) == predicted_frames(reference, LONG, speed=2.0)
     assert abs(runtime.frame_bound(fast) - predicted_frames(reference, LONG) / 2) <= 1  # speed 2: half the frames
     capped = request(SHORT, seed=4, steps=3, top_k=5, max_frames=5)
-    with Engine(runtime) as engine:
+    laid = EngineConfig(retime=RetimeConfig(followed_speeds=(0.0, math.inf)))  # the runtime makes every speed
+    with Engine(runtime, laid) as engine:
         for req, reason in ((fast, "stop"), (capped, "bound")):  # a grid cut short of its prediction: "bound"
             _, finish = engine.submit(req).collect(timeout=120)
             assert finish.reason == reason

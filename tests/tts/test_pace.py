@@ -18,6 +18,7 @@ from duet.errors import InvalidRequest
 from duet.text.ssml import parse_ssml
 from duet.tts.pace import MarkedPieces, Pace, gap_seconds, paced_pieces, piece_pace
 from duet.tts.pause_fit import quiet_edges, quiet_runs
+from duet.tts.retime import RetimeConfig
 from duet.tts.speaker import Speaker
 from duet.tts.timestamps import scaled
 from duet.tts.wsola import stretch
@@ -108,7 +109,7 @@ def _word(words, text):
 
 def _layout_only(speaker):
     """The same model with breaks left as the layout made them (no pause fitting)."""
-    return Speaker(speaker.runtime, replace(speaker.config, fit_pauses=False))
+    return Speaker(speaker.runtime, replace(speaker.config, retime=RetimeConfig(fit_pauses=False)))
 
 
 @pytest.mark.parametrize("seconds", [0.3, 1.0])
@@ -172,8 +173,25 @@ def test_a_fitted_break_in_noise_is_spliced_silence_and_the_words_move_with_it(s
     assert times == sorted(times) and 0 <= times[0] and times[-1] <= fitted.seconds
 
 
+@pytest.mark.parametrize("text", ['<speak>Hello there <break time="{ms}ms"/> how are you?</speak>',
+                                  '<speak>Hello there. <break time="{ms}ms"/> How are you?</speak>'],
+                         ids=["within a sentence", "between sentences"])
+@pytest.mark.parametrize("seconds", [0.3, 1.0])
+def test_a_break_lasts_its_length_by_the_benchmarks_measure(speaker, seconds, text):
+    """duet speak's side of what every serving path is held to (tests/serve/test_api_timestamps.py): the pause
+    between the two words, by break_bench's energy threshold (duet.eval.pauses), is the break to within 60 ms,
+    and the words stay in order inside the audio."""
+    from duet.eval.pauses import pause_at
+
+    speech = speaker.speak(text.format(ms=round(seconds * 1000)), seed=0, **_options(speaker))
+    there, how = _word(speech.words, "there"), next(w for w in speech.words if w.word.lower() == "how")
+    assert pause_at(speech.audio, speech.sample_rate, there.end, how.start) == pytest.approx(seconds, abs=0.06)
+    times = [t for w in speech.words for t in (w.start, w.end)]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] <= speech.seconds
+
+
 def _following(speaker, low: float, high: float):
-    return Speaker(speaker.runtime, replace(speaker.config, followed_speeds=(low, high)))
+    return Speaker(speaker.runtime, replace(speaker.config, retime=RetimeConfig(followed_speeds=(low, high))))
 
 
 @pytest.mark.parametrize("speed, made_at", [(0.25, 0.5), (3.0, 1.5)])

@@ -11,6 +11,7 @@ import pytest
 import duet
 from duet.checkpoint_dir import checkpoints_root
 from duet.eval.pauses import pause_at
+from duet.tts.retime import RetimeConfig
 from duet.tts.speaker import Speaker
 
 pytestmark = pytest.mark.skipif(not (checkpoints_root() / "gepard-tiny" / "config.json").is_file(),
@@ -29,7 +30,7 @@ def _word(words, text):
 @pytest.mark.parametrize("seconds", [0.3, 1.0])
 def test_a_break_is_a_silence_of_its_length_between_its_words(gepard, seconds):
     text = f'<speak>Please turn off the lights <break time="{seconds:g}s"/> when you leave.</speak>'
-    laid = Speaker(gepard.runtime, replace(gepard.config, fit_pauses=False)).speak(text, seed=0)
+    laid = Speaker(gepard.runtime, replace(gepard.config, retime=RetimeConfig(fit_pauses=False))).speak(text, seed=0)
     before, after = _word(laid.words, "lights"), _word(laid.words, "when")
     assert after.start - before.end == pytest.approx(seconds, abs=1e-6)  # the layout: what the timings say
     assert pause_at(laid.audio, laid.sample_rate, before.end, after.start) == pytest.approx(seconds, abs=0.1)

@@ -22,6 +22,7 @@ from duet.text.prompts import luna_prompt
 from duet.tts import MODELS
 from duet.tts.luna import LunaRuntime, load_luna_runtime
 from duet.tts.request import SynthesisRequest
+from duet.tts.retime import RetimeConfig
 from duet.tts.speaker import Speaker
 
 
@@ -68,11 +69,12 @@ def test_length_comes_from_the_duration_predictor_and_speed_scales_it(luna_speak
     spf = luna_speaker.codec.samples_per_frame
     assert speech.audio.dtype == np.float32 and speech.audio.shape == (frames * spf,)
     assert speech.ended == ("stop",) and speech.pieces == (text,)
-    laid = Speaker(luna_speaker.runtime, replace(luna_speaker.config, followed_speeds=(0.0, float("inf"))))
+    every_speed = RetimeConfig(followed_speeds=(0.0, float("inf")))
+    laid = Speaker(luna_speaker.runtime, replace(luna_speaker.config, retime=every_speed))
     fast = laid.speak(text, seed=3, steps=8, speed=2.0)  # every speed laid out
     assert fast.audio.shape == (round(expected / 2) * spf,)
     # by default, faster than the speaker follows: made at its fastest and time-stretched the rest of the way
-    top = luna_speaker.config.followed_speeds[1]
+    top = luna_speaker.config.retime.followed_speeds[1]
     stretched = luna_speaker.speak(text, seed=3, steps=8, speed=2.0)
     assert stretched.audio.shape == (round(round(expected / top) * spf * top / 2.0),)
 

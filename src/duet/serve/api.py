@@ -253,7 +253,7 @@ def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeCo
         t0 = time.perf_counter()
         req, upload = await _parse_speech(request, config)
         model = _find_model(models, req.model)
-        engine, sample_rate = model.engine, model.sample_rate
+        sample_rate = model.sample_rate
         synth = await _to_synthesis(req, upload, config, model)
         verify = req.verify_options
         if verify is not None:
@@ -288,7 +288,7 @@ def create_app(engines: Engine | Sequence[Engine], config: ServeConfig = ServeCo
             audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
             return await _whole_response(req.response_format, audio, handle, model, headers)
         idle = config.stream_idle_timeout_s
-        feed = WordFeed(handle, engine.runtime.codec.frame_rate)
+        feed = WordFeed(handle)
         if req.stream_format == "sse":
             body = _sse_body(handle, chunks, first, req.response_format, sample_rate, feed, req.timestamps)
             return _EngineStream(body, close, idle, media_type="text/event-stream", headers=headers)
@@ -368,15 +368,15 @@ async def _whole_response(fmt: str, audio: np.ndarray, handle: RequestHandle, mo
     when it was verified; with an SSML pause after it appended as silence."""
     info = handle.finish
     assert info is not None  # the chunks ran out: the request has ended
-    rate, feed = model.sample_rate, WordFeed(handle, model.runtime.codec.frame_rate)
+    rate, feed = model.sample_rate, WordFeed(handle)
     pause = handle.request.pace.after if handle.request.pace is not None else 0.0
     if pause:
-        audio = np.concatenate([audio, silence(gap_seconds(pause, await feed.trail(info.frames), 0.0), rate)])
+        audio = np.concatenate([audio, silence(gap_seconds(pause, await feed.trail(), 0.0), rate)])
     headers[FINISH_HEADER] = info.reason
     if verified is not None:
         headers[VERIFY_HEADER] = f"wer={verified.wer:.3f}; tries={verified.tries}; kept={verified.kept + 1}"
     if fmt == "json":
-        words = [word_json(w) for w in await feed.rest(info.frames)] if feed.timed else None
+        words = [word_json(w) for w in await feed.rest()] if feed.timed else None
         body: dict[str, Any] = {"audio": base64.b64encode(audio_io.encode_wav(audio, rate)).decode("ascii"),
                                 "format": "wav", "sample_rate": rate, "duration": round(len(audio) / rate, 3),
                                 "words": words, "finish_reason": info.reason}
@@ -648,16 +648,16 @@ async def _audio_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], 
     if info is not None and info.reason == "bound" and handle.request.params.max_frames is None:
         log.warning("request %s reached its frame bound before its text ended; its transfer is cut", handle.id)
         raise _CutStream()
-    if info is not None and (pause := await _pause_after(handle, feed, info.frames, sample_rate)).size:
+    if info is not None and (pause := await _pause_after(handle, feed, sample_rate)).size:
         yield audio_io.pcm16(pause)
 
 
-async def _pause_after(handle: RequestHandle, feed: WordFeed, frames: int, sample_rate: int) -> np.ndarray:
+async def _pause_after(handle: RequestHandle, feed: WordFeed, sample_rate: int) -> np.ndarray:
     """The silence of an SSML pause after the request's last word (``duet.tts.pace``; empty without one)."""
     pace = handle.request.pace
     if pace is None or not pace.after:
         return np.zeros(0, np.float32)
-    return silence(gap_seconds(pace.after, await feed.trail(frames), 0.0), sample_rate)
+    return silence(gap_seconds(pace.after, await feed.trail(), 0.0), sample_rate)
 
 
 async def _sse_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], first: np.ndarray | None, fmt: str,
@@ -687,10 +687,10 @@ async def _sse_body(handle: RequestHandle, chunks: AsyncIterator[np.ndarray], fi
         return
     info = handle.finish
     assert info is not None
-    pause = await _pause_after(handle, feed, info.frames, sample_rate)
+    pause = await _pause_after(handle, feed, sample_rate)
     if head or pause.size:
         yield delta(head + audio_io.pcm16(pause))
-    async for event in stamps(await feed.rest(info.frames) if timestamps else ()):
+    async for event in stamps(await feed.rest() if timestamps else ()):
         yield event
     yield sse(audio_done(info.prompt_positions, info.frames, finish_reason=info.reason, sample_rate=sample_rate,
                          audio_seconds=(info.samples + pause.size) / sample_rate))

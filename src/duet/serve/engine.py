@@ -13,6 +13,12 @@ runtime.max_frames)`` unless it sets ``max_frames``), prefills it once and steps
    (chunks of several lengths in one call where the codec allows it), and hands the audio to its consumer while the
    engine thread goes on with the next step.
 
+Retiming (``duet.tts.retime``, what ``duet speak`` does, ``EngineConfig.retime``): a request at a speed the model
+does not follow is made at the nearest one it does (``Admission.made``) and its audio time-stretched the rest of the
+way; its SSML pauses are fitted to their length in the audio. The codec thread runs it on each chunk's audio before
+the consumer gets it; a request with a break inside its text or before it comes whole at its end. The request's
+retimed words, and the quiet before and after them, are its handle's ``retimer``'s.
+
 Chunks: a request's frames go to its decoder ``chunk_frames`` at a time until its decoder gives audio (after the
 codec's look-ahead, ``decode_worker.lookahead_frames``), then in chunks that double up to ``max_chunk_frames``. The
 sizes follow from frame counts alone, never from timing, so the audio of a seed does not depend on the load.
@@ -57,6 +63,7 @@ from duet.serve.errors import EngineClosed, GenerationFailed, InvalidRequest, Ov
 from duet.serve.kv_budget import reservation_bytes
 from duet.serve.scheduler import Scheduler, SchedulerConfig
 from duet.tts.request import SynthesisRequest
+from duet.tts.retime import RetimeConfig, Retimer, made_request
 from duet.tts.runtime import FamilyRuntime, StepCost, StepOutput, check_request, settle
 from duet.tts.timestamps import TextLayout
 
@@ -90,6 +97,7 @@ class EngineConfig:
     # the codec busy beside it) keep ``torch_threads``. None: every step keeps ``torch_threads``.
     wide_step_threads: int | None = None
     wide_step_positions: int = 256
+    retime: RetimeConfig = RetimeConfig()  # speeds the model follows, pause fitting: as duet speak's (module doc)
     cost: CostConfig = CostConfig()  # admission by estimated cost (cost.py)
     decode_backlog: int = 256  # chunks (and ends) queued for the codec thread before the engine thread waits for it
 
@@ -169,23 +177,29 @@ class _Outbox:
 
 @dataclass(frozen=True)
 class Admission:
-    """A request checked for admission (``Engine.admit``): its frame bound, prompt positions, cache bytes and what
-    its steps cost (``FamilyRuntime.step_cost``)."""
+    """A request checked for admission (``Engine.admit``): what the model makes for it and the stretch of that
+    audio (``duet.tts.retime.made_request``), its frame bound, prompt positions, cache bytes and what its steps cost
+    (``FamilyRuntime.step_cost``), all of the request made."""
 
     request: SynthesisRequest
     max_frames: int
     prompt_positions: int
     cache_bytes: int
     cost: StepCost
+    made: SynthesisRequest
+    factor: float
 
 
 class RequestHandle:
     """A submitted request: iterate it for audio chunks, ``cancel`` it, read ``finish`` once it has ended."""
 
     def __init__(self, engine: "Engine", request: SynthesisRequest, seed: int, prompt_positions: int,
-                 loop: asyncio.AbstractEventLoop | None):
+                 loop: asyncio.AbstractEventLoop | None, made: SynthesisRequest, retimer: Retimer):
         self.id = uuid.uuid4().hex
         self.request = request
+        self.made = made  # what the model makes for it (Admission.made)
+        # its audio retimed on the codec thread; its words, lead and trail once it has ended (duet.tts.retime)
+        self.retimer = retimer
         self.seed = seed
         self.prompt_positions = prompt_positions
         self.submitted_at = time.perf_counter()
@@ -320,11 +334,14 @@ class Engine:
         InvalidRequest for a request that can never run."""
         runtime = self.runtime
         check_request(request, runtime)
+        made, factor = made_request(request, self.config.retime)
+        if made is not request:
+            check_request(made, runtime)
         cap = runtime.max_frames
-        max_frames = request.params.max_frames or min(runtime.frame_bound(request), cap)
+        max_frames = made.params.max_frames or min(runtime.frame_bound(made), cap)
         if max_frames > cap:
             raise InvalidRequest(f"max_frames {max_frames} exceeds this model's bound of {cap}", param="max_frames")
-        prompt = runtime.prompt_positions(request)
+        prompt = runtime.prompt_positions(made)
         nbytes = reservation_bytes(prompt, max_frames, runtime.cache_bytes_per_position)
         total = self._scheduler.budget.total_bytes
         if nbytes > total:
@@ -332,7 +349,7 @@ class Engine:
                 f"this request needs {nbytes} bytes of KV cache ({prompt} prompt positions + {max_frames} frames) "
                 f"but the server's whole cache budget is {total}; shorten the input or lower max_frames",
                 param="input", code="context_length_exceeded")
-        return Admission(request, max_frames, prompt, nbytes, runtime.step_cost(request, max_frames))
+        return Admission(request, max_frames, prompt, nbytes, runtime.step_cost(made, max_frames), made, factor)
 
     def submit(self, request: SynthesisRequest, admission: Admission | None = None) -> RequestHandle:
         """Queue a request (``admission``: its :meth:`admit`, if already made). Raises InvalidRequest (cannot ever
@@ -345,7 +362,9 @@ class Engine:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        handle = RequestHandle(self, request, seed, admission.prompt_positions, loop)
+        retimer = Retimer(request, admission.factor, self.runtime.codec, self.config.retime,
+                          self.runtime.traits.timings)
+        handle = RequestHandle(self, request, seed, admission.prompt_positions, loop, admission.made, retimer)
         budget = self.time_budget(admission.max_frames)
         slot = _Slot(handle=handle, max_frames=admission.max_frames, cache_bytes=admission.cache_bytes,
                      deadline=handle.submitted_at + budget, steps_left=admission.cost.steps,
@@ -457,7 +476,7 @@ class Engine:
 
     def _prefill(self, slots: list[_Slot]) -> None:
         states, slots = self._isolated(slots, lambda group: self.runtime.prefill(
-            [s.handle.request for s in group], [s.handle.seed for s in group]), "prefill")
+            [s.handle.made for s in group], [s.handle.seed for s in group]), "prefill")
         for slot, state in zip(slots, states):
             slot.state = state
 
@@ -554,7 +573,12 @@ class Engine:
     # --- the codec thread's callbacks ----------------------------------------------------------------------------
 
     def _deliver(self, slot: _Slot, audio: np.ndarray) -> None:
-        """One chunk of a request's audio (s,) float32 to its consumer."""
+        """One chunk of a request's decoded audio (s,) float32, retimed, to its consumer."""
+        self._send(slot, slot.handle.retimer.push(audio))
+
+    def _send(self, slot: _Slot, audio: np.ndarray) -> None:
+        if not audio.size:
+            return
         if slot.handle.first_audio_at is None:
             slot.handle.first_audio_at = time.perf_counter()
         slot.samples += audio.size
@@ -569,11 +593,18 @@ class Engine:
     def _finish(self, slot: _Slot, codec_error: str | None) -> None:
         """A request's end, after its last audio: the reason the engine closed it with, or the codec's failure."""
         reason, error, code = slot.ending
-        if codec_error is not None and reason != "error":  # its last chunk failed after the engine closed it
+        failure = None if codec_error is None else f"codec decode failed: {codec_error}"
+        if failure is None and reason in ("stop", "bound"):
+            try:  # the rest of its retimed audio (a held request's whole)
+                self._send(slot, slot.handle.retimer.finish(slot.handle.layout, slot.frames))
+            except Exception as err:
+                log.exception("retiming request %s failed", slot.handle.id)
+                failure = f"retiming failed: {err}"
+        if failure is not None and reason != "error":  # its last chunk failed after the engine closed it
             with self._cond:
                 self._finished[reason] -= 1
                 self._finished["error"] += 1
-            reason, error, code = "error", f"codec decode failed: {codec_error}", None
+            reason, error, code = "error", failure, None
         handle = slot.handle
         info = FinishInfo(reason=reason, frames=slot.frames, samples=slot.samples,
                           prompt_positions=handle.prompt_positions,

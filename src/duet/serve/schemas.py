@@ -28,9 +28,11 @@ phones, one to a few characters each; ``[]`` for a model that reads text, not ph
 SSML: an ``input`` that starts with ``<speak>`` is read as SSML (``duet.text.ssml``: ``<break time|strength>``,
 ``<prosody rate>``, ``<sub alias>``), laid into the model's durations (``duet.tts.pace``; a break after the last
 word is silence appended to the audio; a model without aligned text input refuses breaks and rates inside the text
-with a 400 ``ssml_unsupported``); any other input is plain text, whatever it holds. Malformed or unsupported markup
-is a 400 with ``code`` ``invalid_ssml`` and a message that names its character position. The word timings include
-the breaks.
+with a 400 ``ssml_unsupported``), then, as ``duet speak`` does, a break fitted to its length in the audio and a
+``speed`` above 1.25 made at 1.25 and compressed (``duet.tts.retime``, the engine's); a request with a break inside
+its text is sent as one chunk once it is made. Any other input is plain text, whatever it holds. Malformed or
+unsupported markup is a 400 with ``code`` ``invalid_ssml`` and a message that names its character position. The
+word timings include the breaks.
 
 ``verify`` (``true``, or ``{"max_wer": 0.0, "tries": 3}``): the audio is heard back by the server's speech
 recogniser (Whisper, ``duet serve`` with the eval extra; a server without one answers 400 ``verify_unavailable``)

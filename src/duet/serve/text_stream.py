@@ -12,9 +12,12 @@ Protocol: JSON text messages; audio is binary messages of 16-bit little-endian m
 engine speaks every piece of the session.
 
 The text may be SSML (``duet.text.ssml``): a session whose text starts with ``<speak>`` is read as markup while it
-arrives, each piece carrying its breaks and rates (``duet.tts.pace.MarkedPieces``); a break where one piece ends
-and the next begins sizes the silence between them so that the pause from word to word is the break, instead of
-``gap_seconds``. Markup is never looked for in text that does not start so.
+arrives, each piece carrying its breaks and rates (``duet.tts.pace.MarkedPieces``). The engine retimes each piece
+as ``duet speak`` does (``duet.tts.retime``): a break inside a piece is fitted to its length in the audio (the piece
+comes as one binary message once it is made), and a break where one piece ends and the next begins sizes the
+silence between them, instead of ``gap_seconds``, so that the quiet measured at the end of the one and the start of
+the other (the later piece held until it is made) and the silence together last the break. Markup is never looked
+for in text that does not start so.
 
 client -> server
   ``{"type": "session.start", "model": ..., "voice": ..., "speed": ..., "seed": ..., "temperature": ..., ...}``
@@ -104,7 +107,6 @@ class _Session:
                  seed: int, timestamps: bool = False):
         self.ws, self.model, self.config = ws, model, config
         self.sample_rate = model.sample_rate
-        self.frame_rate = model.runtime.codec.frame_rate
         self.base = base  # the session's SynthesisRequest; each piece replaces its text, marks and seed
         self.seed = seed
         self.timestamps = timestamps
@@ -203,7 +205,7 @@ class _Session:
         trail = 0.0  # seconds of the piece before after its last word (sizes an SSML pause: duet.tts.pace)
         while (piece := await submitted.get()) is not None:
             await self.send_json({"type": "piece.started", "index": piece.index, "text": piece.text})
-            feed = WordFeed(piece.handle, self.frame_rate)
+            feed = WordFeed(piece.handle)
             samples = 0  # the piece's, with the gap before it
             try:
                 chunks = piece.handle.__aiter__()
@@ -220,11 +222,10 @@ class _Session:
             except GenerationFailed as err:
                 raise SessionError(f"piece {piece.index} failed: {err}", err.code or "generation_failed") from err
             finish = piece.handle.finish
-            frames = finish.frames if finish else 0
             if self.timestamps:
-                await self._send_words(piece, await feed.rest(frames), start)
+                await self._send_words(piece, await feed.rest(), start)
             if self.cutter.marked or (piece.pace is not None and piece.pace.after):
-                trail = await feed.trail(frames)
+                trail = await feed.trail()
             if piece.pace is not None and piece.pace.after:
                 pause = silence(gap_seconds(piece.pace.after, trail, 0.0), self.sample_rate)
                 await self.send_audio(pause)
@@ -243,8 +244,7 @@ class _Session:
         """The silence before a piece after the first: the config's gap, or an SSML pause's (``duet.tts.pace``)."""
         if piece.pace is None or not piece.pace.before:
             return silence(self.config.gap_seconds, self.sample_rate)
-        words = await feed.words()
-        return silence(gap_seconds(piece.pace.before, trail, words[0].start if words else 0.0), self.sample_rate)
+        return silence(gap_seconds(piece.pace.before, trail, await feed.lead()), self.sample_rate)
 
     async def _send_chunk(self, piece: _Piece, feed: WordFeed, chunk: np.ndarray, start: int, sent: int) -> int:
         """Send one chunk of a piece whose audio started ``start`` samples into it (``sent`` so far, gap

@@ -1,30 +1,29 @@
 """A served request's word timings as its audio goes out: the speech API's timestamps events and ``json`` body, the
-text stream's ``piece.timestamps`` events, and the silence of an SSML pause after a request.
+text stream's ``piece.timestamps`` events, and the quiet around its words that sizes an SSML pause before or after
+it.
 
-The words come from the layout the request's steps carried (``RequestHandle.layout``, ``duet.tts.timestamps``),
-read once, unclipped, in a worker thread (a phoneme model runs espeak-ng over the text). A word is handed out once
-the audio sent holds its end; when the request ends, the rest are clipped to its frames, as ``piece_words`` clips
-them for the whole audio. A word handed out early ends before the audio does, so clipping could not have moved it:
-the words handed out, in any chunking, are the words of the whole request, exactly.
+The words are the request's retimer's (``RequestHandle.retimer``, ``duet.tts.retime``: the words ``duet speak``
+gives the same piece, after any stretch and fitted pause), read from the layout the request's steps carried, in a
+worker thread (a phoneme model runs espeak-ng over the text). A word is handed out once the audio sent holds its
+end and no later audio can move it (``Retimer.settled``); when the request ends, the rest come from its finished
+retimer. The words handed out, in any chunking, are the words of the whole request, exactly.
 """
 
 from __future__ import annotations
 
-import math
-
 from starlette.concurrency import run_in_threadpool
 
 from duet.serve.engine import RequestHandle
-from duet.tts.timestamps import WordTiming, clipped, piece_words
+from duet.tts.timestamps import WordTiming
 
 
 class WordFeed:
     """The words of one request, handed out in order as its audio is sent (seconds from its first sample)."""
 
-    def __init__(self, handle: RequestHandle, frame_rate: float):
+    def __init__(self, handle: RequestHandle):
         self.handle = handle
-        self.frame_rate = frame_rate
-        self._words: tuple[WordTiming, ...] | None = None
+        self.retimer = handle.retimer
+        self._laid: tuple[WordTiming, ...] | None = None
         self._given = 0
 
     @property
@@ -32,30 +31,34 @@ class WordFeed:
         """Whether the request has a layout (its first step has run and the model is aligned)."""
         return self.handle.layout is not None
 
-    async def words(self) -> tuple[WordTiming, ...]:
-        """Every word of the layout, unclipped (read once)."""
-        if self._words is None:
-            layout = self.handle.layout
-            self._words = () if layout is None else await run_in_threadpool(piece_words, layout, math.inf,
-                                                                               self.frame_rate)
-        return self._words
-
     async def ready(self, seconds: float) -> tuple[WordTiming, ...]:
-        """The words not handed out yet whose end lies within the first ``seconds`` of audio."""
-        words = await self.words()
+        """The words not handed out yet that are final within the first ``seconds`` of audio sent."""
+        layout = self.handle.layout
+        if layout is None or self.retimer.held:
+            return ()
+        if self._laid is None:
+            self._laid = await run_in_threadpool(self.retimer.laid_words, layout)
+        until = self.retimer.settled(seconds)
         start = self._given
-        while self._given < len(words) and words[self._given].end <= seconds:
+        while self._given < len(self._laid) and self._laid[self._given].end <= until:
             self._given += 1
-        return words[start:self._given]
+        return self._laid[start:self._given]
 
-    async def rest(self, frames: int) -> tuple[WordTiming, ...]:
-        """At the end of a request of ``frames`` frames: the words not handed out yet, clipped to its audio."""
-        words = await self.words()
-        out = clipped(words[self._given:], frames / self.frame_rate)
+    async def rest(self) -> tuple[WordTiming, ...]:
+        """At the request's end (it stopped or reached its bound): the words not handed out yet."""
+        layout = self.handle.layout
+        if layout is None:
+            return ()
+        words = await run_in_threadpool(self.retimer.words, layout)
+        out = words[self._given:]
         self._given = len(words)
         return out
 
-    async def trail(self, frames: int) -> float:
-        """Seconds of the request's audio after its last word (0 without words)."""
-        words = clipped(await self.words(), frames / self.frame_rate)
-        return frames / self.frame_rate - words[-1].end if words else 0.0
+    async def lead(self) -> float:
+        """Seconds of the request's audio before its first word (``Retimer.lead``; a held request's once it has
+        ended)."""
+        return await run_in_threadpool(self.retimer.lead, self.handle.layout)
+
+    async def trail(self) -> float:
+        """At the request's end: seconds of its audio after its last word (``Retimer.trail``)."""
+        return await run_in_threadpool(self.retimer.trail, self.handle.layout)

@@ -82,12 +82,8 @@ def speak_live(speaker, deltas: Iterable[str | None], write: Callable[[np.ndarra
             request = speaker.requests(piece.text, pace=piece.pace or Pace(), seed=(base + index) % SEED_LIMIT,
                                        **options)[0]
             requests.append(request)
-            samples = 0
             for chunk in speaker.piece_chunks(index, *request, timed=words is not None or pieces.marked):
-                samples += chunk.audio.numel()
-                if chunk.words:
-                    trail = samples / speaker.sample_rate - chunk.words[-1].end
-                if chunk.trail is not None:  # the quiet measured at its end (fitted pauses), as the join reads it
+                if chunk.trail is not None:  # after its last word (duet.tts.retime), as the join reads it
                     trail = chunk.trail
                 if chunk.end is not None:
                     ended.append(chunk.end)

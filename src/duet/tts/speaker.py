@@ -41,21 +41,13 @@ The parts of ``speak`` are public for callers that choose between makings of a p
 :meth:`piece_chunks` makes one piece, :meth:`assemble` joins the chunks of every piece into the utterance
 (:meth:`join_pieces`: gaps, pauses and words).
 
-Retiming a piece's audio after generation (timings move with it, so they stay on the samples they were on):
-
-- speed: the shipped models, trained at their natural pace, follow a layout much faster than it in time but not
-  in clarity (gepard-tiny at speed 2: Whisper WER 76%), so a speed outside ``followed_speeds`` is made at the nearest
-  speed inside and the audio time-stretched by the rest at its pitch (``duet.tts.wsola``, in the stream; at speed 2:
-  WER 37%), the piece's words (the model's own alignment) scaled by the same factor;
-- an SSML break between two words: the layout puts the pause there, and the quiet stretch the model made is then
-  fitted to the break's length in its middle (``duet.tts.pause_fit``); such a piece is held until it ends (the
-  pause is measured against the piece's loudest frame) and comes as one chunk;
-- an SSML break between two pieces: the silence between them is sized from the quiet measured at the end of the
-  one (``Chunk.trail``) and at the start of the other (``Chunk.lead``; that piece is held until it ends), and a
-  break after the text from the quiet at the end of the last.
-
-``SpeakConfig.fit_pauses`` off leaves pauses as the layout puts them, sized from word to word. The server's paths
-(``duet.serve``) drive the runtime themselves and do neither yet: they lay pauses and speeds out only.
+Retiming a piece's audio after generation (``duet.tts.retime``, which the serving engine runs too): a speed
+outside ``RetimeConfig.followed_speeds`` is made at the nearest speed inside and time-stretched the rest of the way;
+an SSML break between two words is fitted to its length in the audio (such a piece is held until it ends and comes
+as one chunk); an SSML break between two pieces is sized from the quiet measured at the end of the one
+(``Chunk.trail``) and at the start of the other (``Chunk.lead``; that piece is held until it ends), and a break after
+the text from the quiet at the end of the last. Timings move with the audio, so they stay on the samples they were
+on. ``RetimeConfig.fit_pauses`` off leaves pauses as the layout puts them, sized from word to word.
 
 Word timings (``duet.tts.timestamps``), for a model whose frames follow a layout of its text (``has_timings``): each
 piece's words come from the layout its runtime hands out with every step and the frames the piece produced, and are
@@ -68,7 +60,6 @@ Shape legend: K code streams of the codec, t frames, s samples.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -82,13 +73,11 @@ from duet.limits import SEED_LIMIT
 from duet.text.sentences import split_sentences
 from duet.text.ssml import read_text
 from duet.tts.pace import Pace, PacedPiece, gap_seconds, paced_pieces
-from duet.tts.pace_layout import break_gaps
-from duet.tts.pause_fit import FittedPause, fit_pauses, quiet_edges, retimed
 from duet.tts.request import SynthesisRequest, VoicePrompt
+from duet.tts.retime import RetimeConfig, Retimer, made_request
 from duet.tts.runtime import FamilyRuntime, check_common, settle
 from duet.tts.speech import Speech, silence
-from duet.tts.timestamps import TextLayout, WordTiming, clipped, piece_words, scaled, shifted
-from duet.tts.wsola import Wsola
+from duet.tts.timestamps import TextLayout, WordTiming, shifted
 
 
 @dataclass(frozen=True)
@@ -103,13 +92,9 @@ class SpeakConfig:
     # come before the audio before them has played.
     chunk_frames: int = 4
     max_chunk_frames: int = 32
-    # the speeds a model speaks clearly when its layout is scaled (gepard-tiny, benchmarks/results/timestamps.md:
-    # its Whisper WER is 15.8% at 1.25, 34% at 1.5, 76% at 2); a speed outside is made at the nearest of these and
-    # time-stretched. Slower speeds are all laid out: stretching sounded worse there and put the words no closer
-    followed_speeds: tuple[float, float] = (0.0, 1.25)
-    # SSML pauses fitted to their length in the audio (duet.tts.pause_fit): a break between words measured and
-    # fitted, one between pieces sized from the quiet measured at their edges; else both as the layout puts them
-    fit_pauses: bool = True
+    # speeds made at one the model follows and time-stretched, SSML pauses fitted in the audio (duet.tts.retime):
+    # the serving engine's EngineConfig.retime is the same
+    retime: RetimeConfig = RetimeConfig()
 
 
 @dataclass(frozen=True)
@@ -123,9 +108,10 @@ class Chunk:
     # on the last chunk of a timed piece: its words, in seconds from the piece's start (duet.tts.timestamps)
     words: tuple[WordTiming, ...] | None = None
     # on the first chunk of a piece with an SSML pause before it: seconds of its audio before its first word (with
-    # fitted pauses: of quiet at its start, measured; the piece comes whole)
+    # fitted pauses: of quiet at its start, measured; the piece comes whole); Retimer.lead
     lead: float | None = None
-    # on the last chunk, with fitted pauses: seconds of quiet at the piece's end, measured (duet.tts.pause_fit)
+    # on the last chunk of a timed piece, or of any with fitted pauses: seconds of its audio after its last word
+    # (with fitted pauses: of quiet at its end, measured); Retimer.trail
     trail: float | None = None
 
 
@@ -312,10 +298,8 @@ class Speaker:
             if chunk.audio.numel():
                 samples += chunk.audio.numel()
                 yield chunk.audio.numpy()
-            if chunk.words is not None:
-                trail = (samples - start) / rate - (chunk.words[-1].end if chunk.words else 0.0)
-                if words is not None:
-                    words.extend(shifted(chunk.words, start / rate))
+            if chunk.words is not None and words is not None:
+                words.extend(shifted(chunk.words, start / rate))
             if chunk.trail is not None:
                 trail = chunk.trail
             pace = requests[chunk.piece][0].pace
@@ -325,66 +309,40 @@ class Speaker:
                 yield after
 
     def made_request(self, request: SynthesisRequest) -> tuple[SynthesisRequest, float]:
-        """The request the model makes for ``request`` and the factor its audio is then stretched by: a speed
-        outside ``followed_speeds`` is made at the nearest one inside (its SSML breaks laid out that much shorter
-        or longer, so that they last their length once stretched, and bounded for that speed); else ``request``
-        itself and 1."""
-        lo, hi = self.config.followed_speeds
-        speed = min(max(request.speed, lo), hi)
-        if speed == request.speed:
+        """The request the model makes for ``request`` (``duet.tts.retime.made_request``, bounded for its own speed)
+        and the factor its audio is then stretched by."""
+        made, factor = made_request(request, self.config.retime)
+        if made is request:
             return request, 1.0
-        factor = speed / request.speed  # > 1: the audio made is stretched longer
-        pace = request.pace
-        if pace is not None and pace.breaks:
-            pace = replace(pace, breaks=tuple((offset, seconds / factor) for offset, seconds in pace.breaks))
-        made = replace(request, speed=speed, pace=pace, params=replace(request.params, max_frames=None))
+        made = replace(made, params=replace(made.params, max_frames=None))
         return replace(made, params=replace(made.params, max_frames=self.runtime.frame_bound(made))), factor
 
     def piece_chunks(self, index: int, request: SynthesisRequest, seed: int, timed: bool = False) -> Iterator[Chunk]:
         """One piece (``index`` of the text): prefill, then steps until ``settle`` ends it; frames go through the
-        stream decoder, then the retiming (module docstring). With ``timed``, its last chunk carries its words, read
-        from the layout its steps hand out; with an SSML pause before it, its first chunk carries its lead."""
+        stream decoder, then the retiming (``duet.tts.retime``). With ``timed``, its last chunk carries its words,
+        read from the layout its steps hand out; with an SSML pause before it, its first chunk carries its lead."""
         made, factor = self.made_request(request)
-        stretcher = Wsola(factor, self.sample_rate) if factor != 1.0 else None
-        pace = request.pace
-        measure = self.config.fit_pauses  # pauses sized from the quiet measured in the audio
-        fit = measure and self.has_timings and pace is not None and any(offset > 0 for offset, _ in pace.breaks)
-        lead = pace is not None and pace.before > 0
-        hold = fit or (measure and lead)  # the whole piece is measured before any of it goes out
-        made_chunks: list[tuple[torch.Tensor, np.ndarray]] = []  # the piece's chunks so far (after stretching)
-        frame_rate = self.codec.frame_rate
+        retimer = Retimer(request, factor, self.codec, self.config.retime, self.has_timings)
+        lead = request.pace is not None and request.pace.before > 0
+        measured = self.config.retime.fit_pauses
+        held: list[torch.Tensor] = []  # the codes of a held piece (duet.tts.retime)
         for codes, audio, end, layout, produced in self._decoded(made, seed):
-            if stretcher is not None:
-                audio = np.concatenate([stretcher.push(audio)] + ([stretcher.flush()] if end is not None else []))
-            if measure:
-                made_chunks.append((codes, audio))
-            if hold:
+            out = retimer.push(audio)
+            if retimer.held:
+                held.append(codes)
                 if end is None:
                     continue
-                codes = torch.cat([c for c, _ in made_chunks], dim=-1)
-                audio = np.concatenate([a for _, a in made_chunks])
-            fits: list[FittedPause] = []
-            if fit and layout is not None:
-                gaps = [(a * factor, b * factor, s) for a, b, s in break_gaps(layout, pace, frame_rate)]
-                audio, fits = fit_pauses(audio, self.sample_rate, gaps)
-            words, first, trail = None, None, None
+                codes = torch.cat(held, dim=-1)  # (K, t)
+            words, trail = None, None
             if end is not None:
-                whole = audio if hold else np.concatenate([a for _, a in made_chunks]) if measure else None
-                edges = quiet_edges(whole, self.sample_rate) if whole is not None else None
-                trail = edges[1] if edges is not None else None
+                out = np.concatenate([out, retimer.finish(layout, produced)])
                 if timed and layout is not None:
-                    seconds = (len(whole) if whole is not None else produced * self.codec.samples_per_frame
-                               * factor) / self.sample_rate
-                    words = clipped(scaled(piece_words(layout, produced, frame_rate), factor), seconds)
-                    words = retimed(words, fits, seconds) if fits else words
-            if lead:
-                lead = False
-                if hold:
-                    first = quiet_edges(audio, self.sample_rate)[0]
-                else:
-                    whole_words = scaled(piece_words(layout, math.inf, frame_rate), factor) if layout else ()
-                    first = whole_words[0].start if whole_words else 0.0
-            yield Chunk(index, codes, torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)), end, words,
+                    words = retimer.words(layout)
+                if measured or words is not None:
+                    trail = retimer.trail(layout)
+            first = retimer.lead(layout) if lead else None
+            lead = False
+            yield Chunk(index, codes, torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)), end, words,
                         first, trail)
             if end is not None:
                 return

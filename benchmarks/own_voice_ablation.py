@@ -47,7 +47,7 @@ def run_arm(data: Path, out: Path, first: Path | None, arm: str, minutes: float,
     if first is not None and not resume:  # start from the first arm's prepared data
         src = VoicePaths(first)
         paths.build.mkdir(parents=True, exist_ok=True)
-        for name in SHARED:
+        for name in (n for n in SHARED if (src.build / n).exists()):  # base/: only for a language it re-marks
             (shutil.copytree if (src.build / name).is_dir() else shutil.copyfile)(src.build / name, paths.build / name)
         for system in ("recordings", "base"):
             if (src.eval / system).is_dir():

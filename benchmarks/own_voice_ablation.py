@@ -5,8 +5,8 @@ proof of the chosen recipe; this is how it was chosen).
     PYTHONPATH=src .venv/bin/python benchmarks/own_voice_ablation.py --language en --minutes 25 --threads 1 \\
         --arm upper:3e-4 --arm heads:1e-3 --arm all:3e-4 --out benchmarks/results/own_voice_ablation.md
 
-Each ``--arm TRAINED:LR`` is a ``VoiceTrainConfig`` with those trained weights (``duet.voice.recipe.TRAINED``) and
-peak learning rate, everything else as shipped. The first arm prepares the data (checks, alignment, codes) as
+Each ``--arm TRAINED:LR[:BASE]`` is a ``VoiceTrainConfig`` with those trained weights (``duet.voice.recipe.TRAINED``),
+peak learning rate and base model (default gepard-tiny), everything else as shipped. The first arm prepares the data (checks, alignment, codes) as
 ``duet voice train`` does; the others start from a copy of its prepared corpus and codes, so every arm trains on the
 same clips with the same held-out set and the same wall-clock budget for calibration, training and scoring (its own
 step plan: an arm with fewer trained weights takes faster steps and gets more of them). The recordings' and the base
@@ -37,9 +37,9 @@ def run_arm(data: Path, out: Path, first: Path | None, arm: str, minutes: float,
     from duet.voice.corpus import VoiceDataConfig
     from duet.voice.recipe import VoicePaths, VoiceTrainConfig, train_voice
 
-    trained, lr = arm.split(":")
+    trained, lr, *base = arm.split(":")
     cfg = VoiceTrainConfig(data=VoiceDataConfig(language=language), minutes=minutes, trained=trained, lr=float(lr),
-                           asr_model=asr_model)
+                           asr_model=asr_model, base_model=base[0] if base else "gepard-tiny")
     paths = VoicePaths(out)
     if (out / "config.json").is_file() and "scores" in json.loads((out / "config.json").read_text())["info"]["voice"]:
         return json.loads((out / "config.json").read_text())["info"]["voice"], 0.0
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--language", default="en")
     p.add_argument("--minutes", type=float, default=25.0, help="each arm's budget (calibration, training, scoring)")
-    p.add_argument("--arm", action="append", required=True, metavar="TRAINED:LR")
+    p.add_argument("--arm", action="append", required=True, metavar="TRAINED:LR[:BASE]")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--asr-model", default=None, help="a CTranslate2 Whisper directory (non-English)")
     p.add_argument("--work", default=str(Path.home() / ".cache" / "duet" / "voice-bench"))
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Held out: {base.get('clips', 0)} clips. The recordings: WER {100 * (wer.get('recordings') or 0):.1f}%, "
         f"similarity to each other {sim.get('recordings') or 0:.3f}; gepard-tiny (control): WER "
         f"{100 * (wer.get('base') or 0):.1f}%, similarity {sim.get('base') or 0:.3f}.", "",
-        "| trained:lr | steps (ended by) | exported step | s/step | WER | similarity |",
+        "| trained:lr[:base] | steps (ended by) | exported step | s/step | WER | similarity |",
         "| --- | --- | ---: | ---: | ---: | ---: |", *rows, ""])
     print(text)
     if args.out:

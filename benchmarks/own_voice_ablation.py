@@ -5,12 +5,11 @@ proof of the chosen recipe; this is how it was chosen).
     PYTHONPATH=src .venv/bin/python benchmarks/own_voice_ablation.py --language en --minutes 25 --threads 1 \\
         --arm upper:3e-4 --arm heads:1e-3 --arm all:3e-4 --out benchmarks/results/own_voice_ablation.md
 
-Each ``--arm TRAINED:LR[:BASE]`` is a ``VoiceTrainConfig`` with those trained weights (``duet.voice.recipe.TRAINED``),
-peak learning rate and base model (default gepard-tiny), everything else as shipped. The first arm prepares the data (checks, alignment, codes) as
-``duet voice train`` does; the others start from a copy of its prepared corpus and codes, so every arm trains on the
+Each ``--arm TRAINED:LR[:BASE]`` is a ``VoiceTrainConfig`` with those trained weights
+(``duet.voice.recipe.TRAINED``), peak learning rate and base model (default gepard-tiny), everything else as shipped.
+The first arm prepares the data (checks, alignment, codes) as ``duet voice train`` does; the others start from a copy of its prepared corpus and codes, so every arm trains on the
 same clips with the same held-out set and the same wall-clock budget for calibration, training and scoring (its own
-step plan: an arm with fewer trained weights takes faster steps and gets more of them). The recordings' and the base
-model's scores are computed once and copied, as they do not depend on the arm.
+step plan: an arm with fewer trained weights takes faster steps and gets more of them).
 """
 
 from __future__ import annotations
@@ -49,9 +48,6 @@ def run_arm(data: Path, out: Path, first: Path | None, arm: str, minutes: float,
         paths.build.mkdir(parents=True, exist_ok=True)
         for name in (n for n in SHARED if (src.build / n).exists()):  # base/: only for a language it re-marks
             (shutil.copytree if (src.build / name).is_dir() else shutil.copyfile)(src.build / name, paths.build / name)
-        for system in ("recordings", "base"):
-            if (src.eval / system).is_dir():
-                shutil.copytree(src.eval / system, paths.eval / system)
         write_json(paths.config, cfg)
         resume = True
     started = time.monotonic()

@@ -4,17 +4,23 @@ streaming). Random weights say nothing about where speech is; ``test_timestamps_
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 import duet
 from checkpoint_testing import never_stops, write_tiny_gepard
+from duet.data.timing import is_separator
+from duet.gepard.aligned import EOT_BACK
+from duet.nn.aligned import frame_tokens
 from duet.sampling import FrameBound
 from duet.tts.live import speak_live
 from duet.tts.request import SynthesisRequest
-from duet.tts.timestamps import TextLayout, shifted
+from duet.tts.timestamps import TextLayout, character_frames, piece_words, shifted
+from duet.tts.word_map import word_map
 
 TEXT = "Hello there, how are you? The quick brown fox."
 WORDS = ["Hello", "there", "how", "are", "you", "The", "quick", "brown", "fox"]
@@ -61,6 +67,55 @@ def test_a_model_without_aligned_input_has_no_timings(tmp_path):
     request = SynthesisRequest("Hello there.")
     state = speaker.runtime.prefill([replace(request, params=replace(request.params, max_frames=4))], [0])[0]
     assert speaker.runtime.step([state])[0].layout is None
+
+
+def _fed_durations(family: str, state) -> torch.Tensor:
+    """The frames per wrapped token (S,) the model's aligned input reads while it generates (``frame_tokens``)."""
+    return state.rows[0].aligned.durations[0] if family == "gepard" else state.durations
+
+
+@pytest.mark.parametrize("family", ["gepard", "luna"])
+@pytest.mark.parametrize("speed", [1.0, 0.5])
+def test_word_timings_are_the_layout_the_model_was_fed(family, speed, request):
+    """The timings read the durations the frames followed, at any speed: unrounded, so every token boundary they
+    report lies within half a frame of the frame where the fed token changes (frame f reads the token whose span
+    holds f + 0.5), nowhere accumulating; each word starts and ends inside the frames of its own tokens."""
+    speaker = request.getfixturevalue(family)
+    runtime = speaker.runtime
+    text = "Hello there, how are you?"
+    req = speaker.requests(text, seed=0, speed=speed, **_options(speaker))[0][0]
+    state = runtime.prefill([req], [0])[0]
+    try:
+        layout = runtime.step([state])[0].layout
+        fed = _fed_durations(family, state).float().cpu()
+    finally:
+        runtime.release(state)
+    np.testing.assert_array_equal(np.array(layout.durations, dtype=np.float32), fed.numpy())
+    if family == "gepard":  # the predictor's durations divided by the speed, not rounded
+        base = runtime._durations(speaker.requests(text, seed=0, **_options(speaker))[0][0])[0]
+        np.testing.assert_allclose(fed.numpy(), base.numpy() / speed, rtol=1e-6)
+
+    total = float(fed.sum())
+    positions = torch.arange(math.ceil(total) + 2)[None]  # (1, F)
+    eot_back = EOT_BACK if family == "gepard" else 1
+    k = frame_tokens(fed[None], torch.tensor([len(fed)]), positions, eot_back)[0][0].numpy()  # (F,) token per frame
+    eot = len(fed) - eot_back
+    reported_ends = np.cumsum(layout.durations)
+    for j in range(eot):  # where the frames fed tokens 0..j end, against where the layout says token j ends
+        assert abs(float((k <= j).sum()) - reported_ends[j]) <= 0.5 + 1e-6
+
+    wmap = word_map(layout.text, layout.tokenizer, layout.language)
+    first = character_frames(wmap, layout.ids, layout.durations)[1]
+    words = piece_words(layout, math.inf, speaker.codec.frame_rate)
+    assert [w.word for w in words] == WORDS[:5]
+    owner = {i: j for j, (a, b) in enumerate(wmap.offsets) for i in range(a, b)}
+    rate = speaker.codec.frame_rate
+    for w, (a, b) in zip(words, wmap.spans):
+        spoken = [i for i in range(a, b) if not is_separator(wmap.surface[i])]
+        lo, hi = first + owner[spoken[0]], first + owner[spoken[-1]]
+        begin, end = (k < lo).sum(), (k <= hi).sum()  # the frames fed the word's tokens: [begin, end)
+        assert begin - 0.5 - 1e-6 <= w.start * rate <= w.end * rate <= end + 0.5 + 1e-6
+    _check_words(words, total / rate)
 
 
 @pytest.mark.parametrize("family", ["gepard", "luna"])

@@ -18,7 +18,8 @@ Features are log-mels at ``subdivide`` times the codec's frame rate (``duet.data
 quantised to the frames the model's timings are counted in, and every unit can have its one frame even at twice
 the speed. EM starts from the frames spread over the units by their characters' typical lengths
 (``duet.tts.timestamps.character_weights``; the silences one frame each). More utterances fit the emissions
-better: align every utterance of a run together.
+better: align every utterance of a run together. Slow speech is where it errs most (against Piper's exact timing:
+a median of 46-58 ms at half pace); ``duet.eval.trained_aligner`` learns the phones from that timing instead.
 
 Shape legend: S units with the two silences, T aligner frames, D mel bins.
 """
@@ -38,7 +39,7 @@ from duet.data.token_rows import spread_frames
 from duet.errors import DuetError
 from duet.text.tokens import SERVICE_TOKEN_RE
 from duet.tts.timestamps import WordTiming, character_times, character_weights, timed_words
-from duet.tts.word_map import word_map
+from duet.tts.word_map import WordMap, word_map
 
 SILENCE = ""  # the type of the silence before and after the units
 
@@ -80,7 +81,7 @@ def phone_units(surface: str) -> list[tuple[int, int]]:
     return units
 
 
-def _unit_type(text: str) -> str:
+def unit_type(text: str) -> str:
     """What a unit sounds like: its letters, its punctuation (a pause), or a space."""
     stripped = "".join(text.split())
     return stripped if stripped else " "
@@ -98,7 +99,7 @@ def forced_words(items: Sequence[Spoken], tokenizer: Any, frame_rate: float, sub
         if wmap is None:
             raise DuetError("the forced aligner needs a tokenizer with character offsets")
         units = phone_units(wmap.surface)
-        kinds = [SILENCE, *(_unit_type(wmap.surface[a:b]) for a, b in units), SILENCE]
+        kinds = [SILENCE, *(unit_type(wmap.surface[a:b]) for a, b in units), SILENCE]
         ids = np.array([types.setdefault(k, len(types)) for k in kinds])  # (S,)
         hop = it.sample_rate / rate
         frames = max(int(np.ceil(len(it.audio) / hop)), len(ids))
@@ -108,13 +109,17 @@ def forced_words(items: Sequence[Spoken], tokenizer: Any, frame_rate: float, sub
         init = np.array([1, *spread_frames(weights, frames - 2), 1], dtype=np.int64)
         prepared.append((wmap, units, AlignItem(str(len(prepared)), ids, feats, init)))
     result = fit_alignments([item for _, _, item in prepared], len(types), config)
-    out = []
-    for wmap, units, item in prepared:
-        ends = np.cumsum(result.durations[item.id])  # (S,) aligner frames
-        bounds = [(float(ends[j]), float(ends[j + 1])) for j in range(len(units))]  # unit j is wrapped j + 1
-        times = character_times(wmap.surface, units, bounds, float(ends[0]))
-        out.append(timed_words(wmap, times, float(ends[-1]), rate))
-    return out
+    return [unit_words(wmap, units, result.durations[item.id], rate) for wmap, units, item in prepared]
+
+
+def unit_words(wmap: WordMap, units: Sequence[tuple[int, int]], durations: np.ndarray,
+               rate: float) -> tuple[WordTiming, ...]:
+    """Aligner frames (S,) of the wrapped units [silence, ``units``..., silence] -> the words, in seconds (``rate``
+    aligner frames a second), by the model's own rule (a word from its first to its last spoken character)."""
+    ends = np.cumsum(durations)  # (S,) aligner frames
+    bounds = [(float(ends[j]), float(ends[j + 1])) for j in range(len(units))]  # unit j is wrapped j + 1
+    times = character_times(wmap.surface, units, bounds, float(ends[0]))
+    return timed_words(wmap, times, float(ends[-1]), rate)
 
 
 def boundary_errors(reported: Sequence[WordTiming], forced: Sequence[WordTiming]) -> tuple[list[float], list[float]]:

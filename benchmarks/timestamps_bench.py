@@ -1,17 +1,27 @@
 """Do the word timings a model reports match where its words are? Reported boundaries against a forced alignment.
 
 Each model speaks N held-out sentences at each speed (one seed per sentence); every piece it speaks is then aligned
-by duet's forced aligner from its audio and text alone (``duet.eval.timestamps``: phone units, all pieces of the run
-in one EM fit, at ``--subdivide`` times the codec's frame rate, each value its own fit), and each word's reported
-start and end is compared to the aligner's. The table gives the median and the 95th percentile of
-|reported - aligner| over all word boundaries (starts and ends), and the medians of starts and ends alone. Targets:
-median <= 40 ms, p95 <= 120 ms.
+from its audio and text alone by two reference aligners, and each word's reported start and end is compared to
+theirs:
+
+- ``em``: duet's flat-start aligner (``duet.eval.timestamps``: phone units, one Gaussian per unit type, all pieces
+  of the run in one EM fit, at ``--subdivide`` times the codec's frame rate, each value its own fit);
+- ``trained``: the aligner trained on Piper `joe` reading the corpus's train-split texts at many rates, with its
+  exact timing (``duet.eval.trained_aligner``; trained once, a few minutes, then cached).
+
+Each reference's own error is measured in the same run: Piper `joe` (exact timing: the durations its graph laid
+out) reads the same sentences at 1 / speed of its pace, and its true word boundaries stand in for a model's
+(``--no-piper`` leaves those rows out). The table gives the median and the 95th percentile of |reported -
+reference| over all word boundaries (starts and ends), the medians of starts and ends alone, and the signed
+median of the starts (reported - reference; > 0: the reported start is later) in the first and the last quarter
+of each piece's words. Targets: median <= 40 ms, p95 <= 120 ms.
 
 The sentences are the test split of the `joe` corpus preset (``duet.data.plan``: held out of every shipped model's
-training; planned, not rendered, so no corpus is needed), without its one/two-word items, drawn under ``--seed``.
+training and of the trained aligner's; planned, not rendered, so no corpus is needed), without its one/two-word
+items, drawn under ``--seed``.
 
     PYTHONPATH=src .venv/bin/python benchmarks/timestamps_bench.py --models gepard-tiny,luna-tiny --n 30 \\
-        --speeds 1,0.5,2 --subdivide 2,4 --threads 1 --out benchmarks/results/timestamps.md
+        --speeds 1,0.5,2 --subdivide 2,4 --threads 1
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+PIPER = "piper-joe (exact)"
 
 
 def held_out_sentences(n: int, seed: int) -> list[str]:
@@ -52,13 +64,27 @@ def spoken_pieces(speaker, text: str, seed: int, speed: float) -> list:
     return [Spoken(pieces[i], np.concatenate(audio[i]), speaker.sample_rate, words[i]) for i in sorted(audio)]
 
 
+def _quarter_bias(pieces, references, quarter: int) -> float:
+    """The median of reported - reference word starts (s) over the words in ``quarter`` (0-3) of each piece."""
+    out = []
+    for piece, reference in zip(pieces, references):
+        n = len(piece.words)
+        out += [a.start - b.start for i, (a, b) in enumerate(zip(piece.words, reference))
+                if min(4 * i // max(n, 1), 3) == quarter]
+    return float(np.median(out)) if out else float("nan")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gepard-tiny,luna-tiny", help="comma-separated shipped names or directories")
     p.add_argument("--n", type=int, default=30, help="held-out sentences")
     p.add_argument("--speeds", default="1,0.5,2")
     p.add_argument("--seed", type=int, default=0, help="draws the sentences; sentence i speaks with seed + i")
-    p.add_argument("--subdivide", default="2,4", help="aligner frames per codec frame (comma-separated: one fit each)")
+    p.add_argument("--references", default="em,trained", help="reference aligners: em, trained (comma-separated)")
+    p.add_argument("--subdivide", default="2,4", help="em: aligner frames per codec frame (comma-separated: one fit "
+                                                      "each)")
+    p.add_argument("--no-piper", dest="piper", action="store_false",
+                   help="leave out Piper joe's own (exact) timing, each reference's own error")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
     p.add_argument("--followed", default=None, metavar="LOW,HIGH",
                    help="the speeds a model lays out; others are made at the nearest and time-stretched "
@@ -70,11 +96,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import duet
     from duet.eval.timestamps import boundary_errors, forced_words
+    from duet.eval.trained_aligner import joe_aligner, piper_spoken
 
     if args.threads:
         torch.set_num_threads(args.threads)
     texts = held_out_sentences(args.n, args.seed)
     speeds = [float(s) for s in args.speeds.split(",")]
+    references = args.references.split(",")
     runs = []  # (model, speed, pieces)
     tokenizers, frame_rates = {}, {}
     started = time.perf_counter()
@@ -92,42 +120,65 @@ def main(argv: list[str] | None = None) -> int:
             runs.append((name, speed, pieces))
             print(f"{name} speed {speed:g}: {len(pieces)} pieces ({time.perf_counter() - started:.0f} s)",
                   file=sys.stderr)
-    # one EM fit per subdivision over every piece a tokenizer reads (the shipped models share theirs: one in all)
-    forced: dict[tuple[str, float, int], list] = {}
-    groups: dict[str, list[tuple[str, float]]] = {}
-    for name, speed, _ in runs:
-        groups.setdefault(tokenizers[name].backend_tokenizer.to_str(), []).append((name, speed))
-    subdivisions = [int(x) for x in args.subdivide.split(",")]
-    for members in groups.values():
-        pieces = [(m, piece) for m in members for name, speed, ps in runs if (name, speed) == m for piece in ps]
-        name = members[0][0]
-        for sub in subdivisions:
-            words = forced_words([piece for _, piece in pieces], tokenizers[name], frame_rates[name], sub)
-            for (m, _), w in zip(pieces, words):
-                forced.setdefault((*m, sub), []).append(w)
+    first = args.models.split(",")[0]
+    if args.piper:  # its truth read as the first model's tokenizer reads the text
+        tokenizers[PIPER], frame_rates[PIPER] = tokenizers[first], frame_rates[first]
+        for speed in speeds:
+            runs.append((PIPER, speed, [piper_spoken(text, tokenizers[first], 1.0 / speed, args.seed)
+                                        for text in texts]))
+    forced: dict[tuple[str, str, float], list] = {}  # (reference, model, speed) -> each piece's words
+    labels: dict[str, str] = {}
+    frame_ms = 1000 / frame_rates[first]
+    if "em" in references:
+        # one EM fit per subdivision over every piece a tokenizer reads (the shipped models and Piper: one in all)
+        groups: dict[str, list[tuple[str, float]]] = {}
+        for name, speed, _ in runs:
+            groups.setdefault(tokenizers[name].backend_tokenizer.to_str(), []).append((name, speed))
+        for sub in [int(x) for x in args.subdivide.split(",")]:
+            ref = f"em{sub}"
+            labels[ref] = f"EM, {frame_ms / sub:.1f} ms"
+            for members in groups.values():
+                pieces = [(m, piece) for m in members for name, speed, ps in runs if (name, speed) == m
+                          for piece in ps]
+                name = members[0][0]
+                words = forced_words([piece for _, piece in pieces], tokenizers[name], frame_rates[name], sub)
+                for (m, _), w in zip(pieces, words):
+                    forced.setdefault((ref, *m), []).append(w)
+    if "trained" in references:
+        aligners = {}
+        for name, speed, pieces in runs:
+            key = tokenizers[name].backend_tokenizer.to_str()
+            if key not in aligners:
+                aligners[key] = joe_aligner(tokenizers[name], frame_rates[name])
+                print(f"trained aligner ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+            forced[("trained", name, speed)] = aligners[key].words(pieces, tokenizers[name])
+            labels["trained"] = f"trained, {1000 / aligners[key].rate:.1f} ms"
 
-    frame_ms = 1000 / next(iter(frame_rates.values()))
     low, high = speaker.config.retime.followed_speeds
     followed = f"[{low:g}, {high:g}]"
     lines = [f"`PYTHONPATH=src .venv/bin/python benchmarks/timestamps_bench.py {shlex.join(argv or sys.argv[1:])}`",
              "", f"{len(texts)} held-out sentences (joe test split, seed {args.seed}); speeds outside "
-             f"{followed} made at the nearest of them and time-stretched. Reported word boundaries against "
-             "duet's forced aligner on the generated audio (phone units, one EM fit over all pieces per aligner "
-             f"frame; the model's frame is {frame_ms:.1f} ms): |difference| in ms over every word start and end "
-             "(targets: median <= 40, p95 <= 120).", "",
-             "| model | speed | aligner frame | pieces | words | median | p95 | median of starts | median of ends |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for sub in subdivisions:
+             f"{followed} made at the nearest of them and time-stretched; {PIPER}: Piper joe reading the same "
+             "sentences at 1 / speed of its pace, its exact timing in place of a model's (the reference's own "
+             f"error). The model's frame is {frame_ms:.1f} ms. |reported - reference| in ms over every word start "
+             "and end (targets: median <= 40, p95 <= 120); bias: the median of reported - reference starts in the "
+             "first / last quarter of each piece's words.", "",
+             "| reference | model | speed | pieces | words | median | p95 | median of starts | median of ends | "
+             "bias, first / last quarter |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for ref, label in labels.items():
         for name, speed, pieces in runs:
+            reference = forced[(ref, name, speed)]
             starts, ends = [], []
-            for piece, reference in zip(pieces, forced[(name, speed, sub)]):
-                s, e = boundary_errors(piece.words, reference)
+            for piece, words in zip(pieces, reference):
+                s, e = boundary_errors(piece.words, words)
                 starts += s
                 ends += e
             both = 1000 * np.array(starts + ends)
-            lines.append(f"| {name} | {speed:g} | {frame_ms / sub:.1f} ms | {len(pieces)} | {len(starts)} | "
+            bias = [1000 * _quarter_bias(pieces, reference, q) for q in (0, 3)]
+            lines.append(f"| {label} | {name} | {speed:g} | {len(pieces)} | {len(starts)} | "
                          f"{np.median(both):.0f} | {np.percentile(both, 95):.0f} | {1000 * np.median(starts):.0f} | "
-                         f"{1000 * np.median(ends):.0f} |")
+                         f"{1000 * np.median(ends):.0f} | {bias[0]:+.0f} / {bias[1]:+.0f} |")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -92,3 +92,10 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     if not file.is_file():
         raise DuetError(f"{path} has no {WEIGHTS}")
     return {k: v.float() if v.is_floating_point() else v for k, v in load_file(str(file)).items()}
+
+
+def own_codec(model_dir: str | Path, name: str) -> str | Path:
+    """The codec a model directory's config names: a directory inside the model's own when ``name`` is one there (a
+    voice with its own decoder names ``codec``), else ``name`` as given (a shipped name or a path)."""
+    inside = Path(model_dir) / name
+    return inside if (inside / "config.json").is_file() else name

@@ -34,7 +34,7 @@ def config(models, **overrides) -> VoiceTrainConfig:
     base, codec = models
     return VoiceTrainConfig(**{"data": DATA, "base_model": str(base), "codec": str(codec), "steps": 6,
                                "batch_frames": 300, "warmup_steps": 4, "calibration_steps": 2, "evaluate": False,
-                               **overrides})
+                               "decoder_share": 0.0, **overrides})
 
 
 def weights(path):
@@ -82,6 +82,26 @@ def test_only_the_chosen_weights_move_from_the_base(models, data, tmp_path, trai
     assert frozen and all(torch.equal(base[k], voice[k]) for k in frozen)
     for group in moving:
         assert any(not torch.equal(base[k], voice[k]) for k in base if k.startswith(group)), group
+
+
+def test_the_voice_decodes_through_its_own_fine_tuned_decoder(models, data, tmp_path):
+    from duet.codecs import load as load_codec
+    from duet.tts import load
+
+    base_codec = models[1]
+    result = train_voice(data, tmp_path / "voice", config(models, minutes=1.0, decoder_share=0.05), progress=False)
+    voice = result.out
+    meta = json.loads((voice / "config.json").read_text())
+    assert meta["codec"]["name"] == "codec" and (voice / "codec" / "config.json").is_file()
+    assert result.facts["decoder"]["steps"] >= 1 and "own decoder" in (voice / "card.md").read_text()
+    before, after = weights(base_codec), weights(voice / "codec")
+    assert before.keys() == after.keys()
+    encoder = [k for k in before if not k.startswith("decoder.")]
+    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)  # the codes stay the base codec's
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("decoder."))
+    runtime_codec = load(str(voice)).runtime.codec  # what duet speak and the server decode with
+    own = load_codec(voice / "codec")
+    assert all(torch.equal(a, b) for a, b in zip(runtime_codec.state_dict().values(), own.state_dict().values()))
 
 
 def test_unknown_trained_weights_are_refused():

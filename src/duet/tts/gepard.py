@@ -330,6 +330,7 @@ def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str 
     is prepared: English is normalised, other languages are read as written) defaults to the espeak-ng voice its
     phoneme tokenizer is marked with (a voice trained with ``duet voice train --language es``), else English. The
     model is loaded for inference alone (``load_gepard(stock=False)``: no transformers import)."""
+    from duet.checkpoint_dir import own_codec
     from duet.codecs import load as load_codec
     from duet.gepard.checkpoint import load_gepard
     from duet.text.prompts import gepard_prompt
@@ -341,7 +342,8 @@ def load_gepard_runtime(path: str | Path, codec: str | None = None, device: str 
     if loaded.sampling:
         config = replace(config, params=replace(config.params, **loaded.sampling))
     tokenizer = loaded.tokenizer
-    return GepardRuntime(loaded.model, load_codec(codec or loaded.codec.get("name") or "duet-fsq", device=device),
+    codec_name = codec or own_codec(loaded.path, loaded.codec.get("name") or "duet-fsq")
+    return GepardRuntime(loaded.model, load_codec(codec_name, device=device),
                          lambda text: gepard_prompt(text, tokenizer, language=language), name or loaded.path.name,
                          config, tokenizer=tokenizer, language=language)
 

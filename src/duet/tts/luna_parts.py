@@ -32,10 +32,11 @@ from duet.tts.request import SynthesisRequest
 
 
 def codec_of(loaded: LoadedLuna, codec: str | None, device: str):
-    """The codec ``codec`` names, else the one the checkpoint names, else duet-rvq."""
+    """The codec ``codec`` names, else the one the checkpoint names (one inside its directory first), else duet-rvq."""
+    from duet.checkpoint_dir import own_codec
     from duet.codecs import load as load_codec
 
-    return load_codec(codec or loaded.codec.get("name") or "duet-rvq", device=device)
+    return load_codec(codec or own_codec(loaded.path, loaded.codec.get("name") or "duet-rvq"), device=device)
 
 
 def emotion_support(tokenizer: Any, vocab_size: int) -> str | None:

@@ -58,6 +58,11 @@ def card_markdown(name: str, facts: dict[str, Any]) -> str:
     lines += ["", f"Training: {training['steps']} steps of {training['planned_steps']} planned "
                   f"({training['sec_per_step']:.2f} s each; ended: {training['stopped'].replace('_', ' ')}), exported "
                   f"from step {training['exported_step']} ({training['exported_from']}). Curves: `training.png`."]
+    decoder = facts.get("decoder")
+    if decoder:
+        lines += ["", f"Its own decoder: {decoder['codec']}'s decoder fine-tuned on the training clips for "
+                      f"{decoder['steps']} steps ({decoder['minutes']:.1f} minutes), in `codec/`; the voice decodes "
+                      "through it."]
     scores = facts.get("scores")
     if scores:
         wer, sim = scores["wer"], scores["sim"]

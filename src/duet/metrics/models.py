@@ -17,8 +17,8 @@ def check_speaker_model(speaker: str) -> None:
 
 
 class MetricModels:
-    """``asr_model``: a CTranslate2 Whisper directory (None: the bundled tiny.en); ``speaker``: "resemblyzer" or
-    "wavlm:DIR"."""
+    """``asr_model``: a CTranslate2 Whisper directory or a shipped name (None: the bundled tiny.en; "base":
+    ``duet.metrics.asr``); ``speaker``: "resemblyzer" or "wavlm:DIR"."""
 
     def __init__(self, asr_model: str | None = None, language: str = "en", speaker: str = "resemblyzer",
                  device: str = "cpu"):
@@ -33,8 +33,9 @@ class MetricModels:
         if self._asr is None:
             from duet.metrics.asr import ASRConfig, Transcriber
 
-            self._asr = Transcriber(ASRConfig(model_path=self.asr_model, language=self.language))
-            _ = self._asr.model_path  # a bad --asr-model fails before any audio is read
+            asr = Transcriber(ASRConfig(model_path=self.asr_model, language=self.language))
+            _ = asr.model_path  # a bad --asr-model fails before any audio is read (and on every later use)
+            self._asr = asr
         return self._asr
 
     @property

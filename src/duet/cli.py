@@ -19,13 +19,14 @@ _AREAS = {"speak": "duet.tts.cli", "edit": "duet.tts.edit_cli", "data": "duet.da
           "voice": "duet.voice.cli"}
 
 
-def _whisper_scorer():
+def _whisper_scorer(asr_model: str | None = None):
     """What ``duet speak --verify`` and the speech API's ``verify`` hear speech back with (``duet.tts.verify``),
-    handed to them by the command: Whisper, its transcript read with Whisper's English normaliser, so a sentence is
-    not made again for a spelling ("you're" for "you are"; ``duet.metrics.wer``)."""
+    handed to them by the command: Whisper (``asr_model``, ``--verify-asr``: a CTranslate2 directory; None: the
+    bundled tiny.en), its transcript read with Whisper's English normaliser, so a sentence is not made again for a
+    spelling ("you're" for "you are"; ``duet.metrics.wer``)."""
     from duet.metrics.clip import ClipScoreConfig, ClipScorer
 
-    return ClipScorer(ClipScoreConfig(normalizer="whisper"))
+    return ClipScorer(ClipScoreConfig(asr_model=asr_model, normalizer="whisper"))
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -248,6 +248,7 @@ def test_serve_takes_several_models_or_one_with_model():
     (["mock", "luna-tiny", "mock"], "mock is named twice"),
     (["gepard-tiny", "luna"], "luna is a family, not a model"),
     (["gepard-tiny", "mock", "--engine", "vllm"], "--engine vllm serves one model, got 2"),
+    (["mock", "--verify-asr", "/no/such/whisper"], "--verify-asr: ASR model '/no/such/whisper' is neither"),
 ])
 def test_serve_refuses_a_confused_command_line_in_one_line(argv, message, capsys):
     assert main(["serve", *argv, "--malloc-arenas", "0"]) == 2  # before any model loads or the process restarts

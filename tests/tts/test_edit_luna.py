@@ -253,6 +253,10 @@ def test_cli_verify_flags_are_checked_before_loading(luna_dir, tmp_path, capsys)
     assert "--verify-tries goes with --verify" in capsys.readouterr().err
     assert main([*argv, "--verify", "--verify-tries", "0"]) == 2
     assert "verify tries must be in [1, 16]" in capsys.readouterr().err
+    assert main([*argv, "--verify-asr", "base"]) == 2
+    assert "--verify-asr goes with --verify" in capsys.readouterr().err
+    assert main([*argv, "--verify", "--verify-asr", str(tmp_path / "none")]) == 2
+    assert "--verify-asr: ASR model" in capsys.readouterr().err
 
 
 def test_a_recording_at_another_rate_is_edited_as_its_resampling_is(luna_speaker):

@@ -74,10 +74,13 @@ class _Heard:
 
 
 class _Scorer:
-    """Hears every first making wrong and every retry right."""
+    """Hears every first making wrong and every retry right; remembers the Whisper it was made with."""
 
-    def __init__(self):
+    made_with: list[str | None] = []
+
+    def __init__(self, asr_model: str | None = None):
         self.seen: dict[str, int] = {}
+        _Scorer.made_with.append(asr_model)
 
     def score(self, audio, sample_rate, text):
         self.seen[text] = self.seen.get(text, 0) + 1
@@ -94,12 +97,42 @@ def test_verify_reports_each_sentence(luna_dir, tmp_path, capsys, monkeypatch):
     assert "verify: 2 pieces, 2 made again (4 makings); mean WER 0.500 -> 0.000" in out
 
 
+def _fake_whisper(path):
+    path.mkdir()
+    (path / "model.bin").write_bytes(b"")  # a CTranslate2 directory to the check; nothing loads it here
+    return path
+
+
+def test_verify_asr_picks_the_whisper_the_recogniser_is_made_with(luna_dir, tmp_path, monkeypatch):
+    import duet.metrics.asr
+
+    monkeypatch.setattr(duet.cli, "_whisper_scorer", _Scorer)
+    monkeypatch.setattr(_Scorer, "made_with", [])
+    whisper, base = _fake_whisper(tmp_path / "whisper"), _fake_whisper(tmp_path / "joined-base")
+    monkeypatch.setitem(duet.metrics.asr.SHIPPED_WHISPERS, "base", lambda: base)
+    argv = ["speak", "One two.", "-o", str(tmp_path / "x.wav"), "--model", str(luna_dir), "--steps", "2",
+            "--verify", "--verify-tries", "1"]
+    for flags in ([], ["--verify-asr", str(whisper)], ["--verify-asr", "base"]):
+        assert main([*argv, *flags]) == 0
+    assert _Scorer.made_with == [None, str(whisper), str(base)]  # None: the bundled tiny.en
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--verify", "--stream"], "drop --stream"),
     (["--verify-tries", "2"], "go with --verify"),
+    (["--verify-asr", "base"], "go with --verify"),
     (["--verify", "--verify-tries", "0"], "tries must be in [1, 16]"),
+    (["--verify", "--verify-asr", "/no/such/whisper"],
+     "--verify-asr: ASR model '/no/such/whisper' is neither a directory nor one of tiny.en, base"),
 ])
 def test_verify_flags_are_checked_before_the_model_loads(tmp_path, capsys, flags, words):
     argv = ["speak", "Hi.", "-o", str(tmp_path / "x.wav"), "--model", "no-such-model", *flags]
     assert main(argv) == 2
     assert words in _one_line(capsys)
+
+
+def test_a_whisper_directory_without_weights_is_one_line(tmp_path, capsys):
+    argv = ["speak", "Hi.", "-o", str(tmp_path / "x.wav"), "--model", "no-such-model", "--verify", "--verify-asr",
+            str(tmp_path)]
+    assert main(argv) == 2
+    assert f"--verify-asr: ASR model directory {tmp_path} has no model.bin" in _one_line(capsys)

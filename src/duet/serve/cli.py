@@ -111,6 +111,9 @@ def register(subparsers) -> None:
                    help="another name a request may use for a model (repeatable): NAME=MODEL, MODEL the id /v1/models "
                    "lists; with one model a bare NAME will do (e.g. --model-alias tts-1)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    from duet.tts.cli import add_verify_asr_flag
+
+    add_verify_asr_flag(p, "for requests that ask to verify: the")
     p.set_defaults(func=run_serve)
 
 
@@ -237,14 +240,20 @@ def build_app(args: argparse.Namespace):
                          text_stream=TextStreamConfig(idle_timeout_s=args.text_stream_idle_timeout,
                                                       max_session_chars=args.text_stream_max_chars,
                                                       max_session_s=args.text_stream_max_seconds))
+    from duet.tts.cli import verify_asr_dir
+
     make_scorer = getattr(args, "verify_scorer", None)  # Whisper, handed in by the duet command (duet.cli)
-    return create_app(engines, config, scorer=make_scorer() if make_scorer is not None else None)
+    scorer = None if make_scorer is None else make_scorer(verify_asr_dir(getattr(args, "verify_asr", None)))
+    return create_app(engines, config, scorer=scorer)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from duet.serve.memory import reexec_with_malloc_arenas
 
     requested_models(args)  # a mistake in the names is one line before anything starts or loads
+    from duet.tts.cli import verify_asr_dir
+
+    verify_asr_dir(args.verify_asr)  # so is a bad --verify-asr
     reexec_with_malloc_arenas(args.malloc_arenas)  # then: the process may start again here, once
     try:
         import uvicorn

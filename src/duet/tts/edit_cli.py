@@ -1,13 +1,14 @@
 """``duet edit IN.wav --text "what IN says" --span START:END [--new-text "the new transcript"] -o OUT.wav
 [--model luna-tiny] [--steps S] [--seed N] [--temperature T] [--top-k K] [--cfg-scale W] [--emotion NAME]
-[--verify [--verify-tries N]]``.
+[--verify [--verify-tries N] [--verify-asr DIR|base]]``.
 
 Speech editing with a Luna model (``duet.tts.luna_edit``): the seconds START to END of the recording are
 regenerated, under the same transcript (a retake) or under ``--new-text``, the whole new transcript; the rest of the
 recording keeps its codec codes and its samples (beyond a 20 ms crossfade at each side of the span). ``--verify``
 hears the edited utterance back with Whisper (the eval extra; the ``duet`` command hands the recogniser in) and makes
 the edit again with another seed while any word of the new transcript is misheard, up to ``--verify-tries`` (3)
-makings, keeping the best (``duet.tts.verify.verified_edit``). Bad input (a span that is not START:END in seconds or
+makings, keeping the best (``duet.tts.verify.verified_edit``); ``--verify-asr`` picks the Whisper, as for ``duet
+speak``. Bad input (a span that is not START:END in seconds or
 lies outside the recording, an empty transcript, a missing or silent recording, a model that is not Luna, an output
 path that cannot be written) ends with one line on stderr and exit code 2, and nothing is written.
 """
@@ -47,6 +48,9 @@ def register(subparsers) -> None:
                         "transcript is misheard, keeping the best (slower: one transcription per making)")
     p.add_argument("--verify-tries", type=int, default=3, metavar="N",
                    help="with --verify: makings at most, the first included (default 3)")
+    from duet.tts.cli import add_verify_asr_flag
+
+    add_verify_asr_flag(p)
     p.set_defaults(func=run_edit)
 
 
@@ -65,8 +69,9 @@ def parse_span(span: str) -> tuple[float, float]:
 def _check_verify(args: argparse.Namespace):
     """``--verify``: (its config, the recogniser the ``duet`` command hands in), or (None, None) without it."""
     if not args.verify:
-        if args.verify_tries != 3:
-            raise DuetError("--verify-tries goes with --verify")
+        for flag, given in (("--verify-tries", args.verify_tries != 3), ("--verify-asr", args.verify_asr)):
+            if given:
+                raise DuetError(f"{flag} goes with --verify")
         return None, None
     from duet.tts.cli import verify_recogniser
     from duet.tts.verify import VerifyConfig

@@ -13,7 +13,10 @@ about a tenth of the piece's own length), and every retry one more making and tr
 (``benchmarks/results/timestamps.md``).
 
 The scorer is the caller's (``duet.metrics.clip.ClipScorer`` is one): the command line and the server hand it in,
-so that nothing loads Whisper until verification is asked for.
+so that nothing loads Whisper until verification is asked for. Its Whisper is the judge: the bundled tiny.en by
+default, another with ``ClipScoreConfig(asr_model=...)`` (a CTranslate2 directory, or ``"base"``: OpenAI's Whisper
+base from the eval extra; ``duet speak --verify-asr``), e.g.
+``verified_speech(speaker, text, ClipScorer(ClipScoreConfig(asr_model="base", normalizer="whisper")))``.
 """
 
 from __future__ import annotations

@@ -4,15 +4,19 @@ N held-out sentences (the joe preset's test split, ``timestamps_bench.held_out_s
 model with seed ``--seed`` + i, once as ``speak`` makes it and once through ``duet.tts.verify.verified_speech``
 with Whisper (``duet.metrics.clip.ClipScorer``, the recogniser ``duet speak --verify`` uses): a piece heard with
 a WER above ``--max-wer`` is made again (sampled: retries of a greedy model sample) up to ``--tries`` makings.
-The judge reads Whisper's transcript with ``--normalizer`` (default ``whisper``: Whisper's English text normaliser,
-as ``duet speak --verify`` does; ``duet``: the Seed-TTS-eval normalisation of ``duet eval``). Both are scored by the
-same Whisper against the sentence, under both normalisations (a row each, so neither hides the other). That is also
-the recogniser verification selected with, so the "after" numbers are what a listener gets only as far as Whisper
-tiny.en stands in for a listener. For the judge's own floor, the recordings row scores the corpus voice the shipped
-models learnt from (Piper joe, ``duet.data.sources.piper``, rendered as the corpus renders it) on the same sentences.
+The judge is ``--asr-model`` (as ``duet speak --verify-asr``: the bundled Whisper tiny.en by default, ``base`` for
+OpenAI's Whisper base from the eval extra, or a CTranslate2 Whisper directory); it reads Whisper's transcript with
+``--normalizer`` (default ``whisper``: Whisper's English text normaliser, as ``duet speak --verify`` does; ``duet``:
+the Seed-TTS-eval normalisation of ``duet eval``). Both are scored by the same Whisper against the sentence, under
+both normalisations (a row each, so neither hides the other). That is also the recogniser verification selected
+with, so the "after" numbers are what a listener gets only as far as that Whisper stands in for a listener. For the
+judge's own floor, the recordings row scores the corpus voice the shipped models learnt from (Piper joe,
+``duet.data.sources.piper``, rendered as the corpus renders it) on the same sentences, with the same Whisper.
 
     PYTHONPATH=src .venv/bin/python benchmarks/verify_bench.py --model gepard-tiny --n 40 --tries 3 --threads 1 \\
         --out benchmarks/results/verify_bench.md
+    PYTHONPATH=src .venv/bin/python benchmarks/verify_bench.py --model gepard-tiny --n 40 --tries 3 --threads 1 \\
+        --asr-model base
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tries", type=int, default=3)
     p.add_argument("--max-wer", type=float, default=0.0)
     p.add_argument("--normalizer", default="whisper", help="how the judge reads text: whisper or duet")
+    p.add_argument("--asr-model", default=None, metavar="DIR",
+                   help="the Whisper that verifies and scores: a CTranslate2 directory, 'base' or 'tiny.en' (default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None)
@@ -42,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import duet
     from duet.data.sources.piper import item_seed, load_voice
+    from duet.metrics.asr import resolve_model_path
     from duet.metrics.clip import ClipScoreConfig, ClipScorer
     from duet.metrics.wer import aggregate, word_error
     from duet.text.phonemes import phonemize_many
@@ -49,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    asr_dir = str(resolve_model_path(args.asr_model))  # a bad --asr-model is an error before any model loads
+    judge = {None: "Whisper tiny.en", "tiny.en": "Whisper tiny.en", "base": "Whisper base"}.get(args.asr_model,
+                                                                                               f"Whisper {asr_dir}")
     speaker = duet.load(args.model)
-    scorer = ClipScorer(ClipScoreConfig(normalizer=args.normalizer))
+    scorer = ClipScorer(ClipScoreConfig(asr_model=asr_dir, normalizer=args.normalizer))
     texts = held_out_sentences(args.n, args.seed)
     config = VerifyConfig(max_wer=args.max_wer, tries=args.tries)
     scorer.score(speaker.speak("Warm up.", seed=0).audio, speaker.sample_rate, "Warm up.")  # load Whisper first
@@ -94,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [f"`PYTHONPATH=src .venv/bin/python benchmarks/verify_bench.py {shlex.join(argv or sys.argv[1:])}`", "",
              f"{len(texts)} held-out sentences (joe test split, seed {args.seed}), {args.model}; verify: up to "
-             f"{args.tries} makings while Whisper tiny.en hears a WER above {args.max_wer:g} (read with the "
+             f"{args.tries} makings while {judge} hears a WER above {args.max_wer:g} (read with the "
              f"{args.normalizer} normaliser). Scored by the same Whisper against the sentence, read with each "
              f"normaliser. {audio_s:.0f} s of audio.", "",
              "| | scored with | sentences with a word error | WER (mean) | WER (pooled) | wall time "

@@ -56,7 +56,7 @@ FAMILIES = (
     Family("gepard", "Gepard", "duet.tts.gepard:load_gepard_runtime", ("gepard-tiny", "gepard-clone-tiny"),
            frozenset({"speed"}), clone_from_audio=True, clone_from_prompt=False,
            how_it_ends="it decodes one frame at a time until it stops", speak_threads=1),
-    Family("luna", "Luna", "duet.tts.luna:load_luna_runtime", ("luna-tiny",),
+    Family("luna", "Luna", "duet.tts.luna:load_luna_runtime", ("luna-tiny", "luna-expressive-tiny"),
            frozenset({"steps", "speed", "prompt"}), clone_from_audio=False, clone_from_prompt=True,
            how_it_ends="its duration model sets the length"),
     Family("luna-realtime", "Luna Realtime", "duet.tts.luna_realtime:load_realtime_runtime",

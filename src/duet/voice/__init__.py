@@ -11,9 +11,11 @@ The recipe, one module per step (``duet.voice.recipe`` runs them in order, each 
 - ``report``: every clip that cannot be used, with its reason, in a report file;
 - ``language``: the espeak-ng voice, Whisper language and tokenizer of a language;
 - ``budget``: the wall-clock budget, and how many training steps fit in it;
+- ``decoder``: the codec's decoder fine-tuned on the voice's clips, the voice's own (``VOICE/codec``);
 - ``evaluate``: held-out WER and speaker similarity of the voice, the recordings and the base model (``duet eval``);
 - ``card``: the exported voice's card (data, budget, scores).
 
 Training itself is ``duet train gepard``'s recipe (``duet.train.recipes.gepard``) warm-started from the shipped
-gepard-tiny, and the export is its shipped format (``duet.gepard.checkpoint``).
+gepard-clone-tiny, with the codec's decoder fine-tuned beside it (``decoder``), and the export is its shipped format
+(``duet.gepard.checkpoint``).
 """

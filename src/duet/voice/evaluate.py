@@ -7,7 +7,7 @@ different recordings' worth of speech. Three systems run over it (``duet.eval.ru
 
 - ``recordings``: the ground truth itself: Whisper's WER on the recordings, and their similarity to each other;
 - ``voice``: the exported voice, through the serving engine (``gepard:DIR``, what the speech API runs);
-- ``base``: the base model it was fine-tuned from (gepard-tiny), the control: same text, its own voice.
+- ``base``: the base model it was fine-tuned from (gepard-clone-tiny: cloning from the prompt clip), the control.
 
 WER needs a Whisper that hears the language: the bundled tiny.en for English, a CTranslate2 multilingual model
 (``asr_model``) otherwise; without one a non-English voice is scored on similarity alone.

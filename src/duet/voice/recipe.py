@@ -7,7 +7,7 @@
                VOICE/codec (``duet.voice.decoder``): the voice decodes through it
     calibrate  a few real training steps, timed, to plan how many fit the budget (``duet.voice.budget``)
     train      ``duet train gepard``'s recipe (``duet.train.recipes.gepard``) warm-started from the base model
-               (gepard-tiny) with its aligned text input and duration predictor, checkpoints every few minutes,
+               (gepard-clone-tiny) with its aligned text input and duration predictor, checkpoints every few minutes,
                validation on the ``val`` split picking the best weights, early stopping
     export     the best weights in the shipped format (``duet.gepard.checkpoint``) at VOICE/, with the curves
     evaluate   held-out WER and similarity of the voice, the recordings and the base model (``duet.voice.evaluate``)
@@ -47,7 +47,7 @@ from duet.voice.budget import TIME_LIMIT_SLACK, StageClock, StepPlan, eval_reser
 from duet.voice.corpus import VoiceDataConfig
 
 BUILD, REPORT, CURVES = "build", "checks.tsv", "training.png"
-SAMPLING = {"temperature": 0.0, "top_k": 0}  # greedy, as gepard-tiny ships
+SAMPLING = {"temperature": 0.0, "top_k": 0}  # greedy, as the shipped Gepards speak
 CALIBRATION_HORIZON = 1_000_000  # the provisional schedule end while calibrating (the warm-up does not read it)
 # Which of the base model's weights a voice fine-tunes (the rest stay as shipped): every one; the last two
 # transformer layers with the acoustic ends (see ``trained_prefixes``); the acoustic ends alone.
@@ -197,7 +197,8 @@ def config_from(given: dict[str, Any]) -> VoiceTrainConfig:
                             **{k: v for k, v in given.items() if k not in data_fields})
 
 
-def check_voice_data(data: str | Path, cfg: VoiceDataConfig, report: str | Path, base_model: str = "gepard-tiny",
+def check_voice_data(data: str | Path, cfg: VoiceDataConfig, report: str | Path,
+                     base_model: str = "gepard-clone-tiny",
                      codec: str = "duet-fsq", progress: bool = True) -> str:
     """``duet voice check``: the data stage's checks in a temporary directory, the report at ``report``; -> a
     summary line. Too little usable audio is refused in one line, as ``duet voice train`` refuses it."""

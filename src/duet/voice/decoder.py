@@ -48,7 +48,10 @@ def train_decoder(codec: str, manifest: Path, run_dir: Path, out_dir: Path, minu
     resume = latest_checkpoint(run_dir) is not None
     cfg = replace(preset(decoder_preset(codec)), model=load(codec).cfg, max_steps=MAX_STEPS)  # the codec's own size
     if minutes > 0:
-        train_codec(None if resume else cfg, manifest, run_dir, resume=resume, max_minutes=minutes, threads=threads,
-                    progress=progress, init_from=None if resume else codec)
+        result = train_codec(None if resume else cfg, manifest, run_dir, resume=resume, max_minutes=minutes,
+                             threads=threads, progress=progress, init_from=None if resume else codec)
+        if result.stopped == "signal":
+            raise DuetError(f"the decoder's training stopped at step {result.step} by a signal (checkpointed); run "
+                            "the same command with --resume to continue")
     export_codec(run_dir, out_dir)
     return json.loads((out_dir / "config.json").read_text())["info"]

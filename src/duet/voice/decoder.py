@@ -23,15 +23,11 @@ DECODER_PRESETS = {False: "fsq-decoder", True: "fsq-causal-decoder"}  # duet-fsq
 MAX_STEPS = 1000  # the cosine schedule's end; the stage's time share ends it sooner on a CPU
 
 
-def decoder_preset(codec: str) -> str:
-    """The ``duet train codec`` preset that fine-tunes ``codec``'s decoder (a duet-fsq codec, centred or causal)."""
-    from duet.checkpoint_dir import read_config
-    from duet.codecs.registry import resolve
-
-    meta = read_config(resolve(codec))
-    if meta.get("type") != "duet-fsq":
-        raise DuetError(f"a voice's own decoder fine-tunes a duet-fsq codec; {codec} is a {meta.get('type')}")
-    return DECODER_PRESETS[bool(meta.get("config", {}).get("causal_decoder", False))]
+def decoder_preset(codec) -> str:
+    """The ``duet train codec`` preset that fine-tunes a loaded ``codec``'s decoder (duet-fsq, centred or causal)."""
+    if codec.name != "duet-fsq":
+        raise DuetError(f"a voice's own decoder fine-tunes a duet-fsq codec, not a {codec.name}")
+    return DECODER_PRESETS[bool(codec.cfg.causal_decoder)]
 
 
 def train_decoder(codec: str, manifest: Path, run_dir: Path, out_dir: Path, minutes: float, threads: int | None,
@@ -46,7 +42,8 @@ def train_decoder(codec: str, manifest: Path, run_dir: Path, out_dir: Path, minu
     from duet.train.codec_loop import export_codec, train_codec
 
     resume = latest_checkpoint(run_dir) is not None
-    cfg = replace(preset(decoder_preset(codec)), model=load(codec).cfg, max_steps=MAX_STEPS)  # the codec's own size
+    base = load(codec)
+    cfg = replace(preset(decoder_preset(base)), model=base.cfg, max_steps=MAX_STEPS)  # the codec's own size
     if minutes > 0:
         result = train_codec(None if resume else cfg, manifest, run_dir, resume=resume, max_minutes=minutes,
                              threads=threads, progress=progress, init_from=None if resume else codec)

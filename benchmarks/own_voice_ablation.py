@@ -40,8 +40,9 @@ def run_arm(data: Path, out: Path, first: Path | None, arm: str, minutes: float,
     cfg = VoiceTrainConfig(data=VoiceDataConfig(language=language), minutes=minutes, trained=trained, lr=float(lr),
                            asr_model=asr_model, base_model=base[0] if base else "gepard-tiny")
     paths = VoicePaths(out)
-    if (out / "config.json").is_file() and "scores" in json.loads((out / "config.json").read_text())["info"]["voice"]:
-        return json.loads((out / "config.json").read_text())["info"]["voice"], 0.0
+    done = json.loads((out / "config.json").read_text())["info"]["voice"] if (out / "config.json").is_file() else {}
+    if "scores" in done:  # scored by an earlier invocation
+        return done, 0.0
     resume = paths.config.is_file()
     if first is not None and not resume:  # start from the first arm's prepared data
         src = VoicePaths(first)
